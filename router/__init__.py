@@ -1,0 +1,1 @@
+"""agent-router: a routing proxy for tool-using agents."""

@@ -1,0 +1,157 @@
+"""One error tree. Every failure a client can see is a `RouterError`.
+
+    RouterError                      500 api_error
+    ├── BadRequest                   400 invalid_request_error
+    │   ├── InvalidJSON              400 invalid_request_error / invalid_json
+    │   └── ForbiddenField           400 invalid_request_error / forbidden_field   (api_base, api_key, ...)
+    ├── Unauthorized                 401 authentication_error / invalid_api_key
+    ├── NotFound                     404 invalid_request_error / model_not_found
+    ├── BodyTooLarge                 413 invalid_request_error / body_too_large
+    ├── Overloaded                   503 overloaded_error / overloaded          (Retry-After)
+    └── UpstreamError                502 upstream_error / upstream_error        (tier failed)
+        ├── UpstreamTimeout          504 timeout_error / timeout
+        └── UpstreamStatus           the upstream's 4xx is passed on; 5xx → 502
+
+`to_body()` gives the OpenAI error shape `{"error": {"message", "type", "param", "code"}}`.
+Messages are written by the router, never copied from a traceback, and upstream text is passed
+through `redact()` before it is shown, so keys and key-bearing URLs never reach a client.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+import orjson
+
+_SECRET_PATTERNS = (
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{6,}"),
+    re.compile(r"(?i)((?:api[_-]?key|key|token|secret|password|sig)=)[^&\s\"']+"),
+    re.compile(r"\b(sk|pk|rk)-[A-Za-z0-9_\-]{6,}"),
+    re.compile(r"(?i)(://)[^/@\s:]+:[^/@\s]+@"),
+)
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """Remove known secrets and anything shaped like a key or a credential from `text`."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    text = _SECRET_PATTERNS[0].sub(r"\1[redacted]", text)
+    text = _SECRET_PATTERNS[1].sub(r"\1[redacted]", text)
+    text = _SECRET_PATTERNS[2].sub("[redacted]", text)
+    text = _SECRET_PATTERNS[3].sub(r"\1[redacted]@", text)
+    return text
+
+
+class RouterError(Exception):
+    status: ClassVar[int] = 500
+    type: ClassVar[str] = "api_error"
+    code: ClassVar[str | None] = "internal_error"
+    should_retry: ClassVar[bool | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status_override = status
+
+    @property
+    def http_status(self) -> int:
+        return self.status_override or self.status
+
+    def to_body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.to_body())
+
+    def headers(self) -> dict[str, str]:
+        if self.should_retry is None:
+            return {}
+        return {"x-should-retry": "true" if self.should_retry else "false"}
+
+
+class BadRequest(RouterError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+    should_retry = False
+
+
+class InvalidJSON(BadRequest):
+    code = "invalid_json"
+
+
+class ForbiddenField(BadRequest):
+    code = "forbidden_field"
+
+
+class Unauthorized(RouterError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+    should_retry = False
+
+
+class NotFound(RouterError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+    should_retry = False
+
+
+class BodyTooLarge(RouterError):
+    status = 413
+    type = "invalid_request_error"
+    code = "body_too_large"
+    should_retry = False
+
+
+class Overloaded(RouterError):
+    status = 503
+    type = "overloaded_error"
+    code = "overloaded"
+    should_retry = True
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "retry-after": "1"}
+
+
+class UpstreamError(RouterError):
+    """A tier failed: refused, reset, 5xx, malformed answer. Carries the mistake kind."""
+
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+    mistake: ClassVar[str] = "upstream_error"
+
+    def __init__(self, message: str, *, tier: str = "", status: int | None = None) -> None:
+        super().__init__(message, status=status)
+        self.tier = tier
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    type = "timeout_error"
+    code = "timeout"
+    mistake = "timeout"
+
+
+class UpstreamStatus(UpstreamError):
+    """The upstream answered with an HTTP error. 4xx are the client's fault and pass through."""
+
+    def __init__(self, message: str, *, tier: str, upstream_status: int) -> None:
+        super().__init__(message, tier=tier, status=upstream_status if upstream_status < 500 else 502)
+        self.upstream_status = upstream_status
+
+    @property
+    def client_fault(self) -> bool:
+        return 400 <= self.upstream_status < 500 and self.upstream_status not in (408, 409, 429)
+
+    def to_body(self) -> dict[str, Any]:
+        body = super().to_body()
+        if self.client_fault:
+            body["error"]["type"] = "invalid_request_error"
+            body["error"]["code"] = "upstream_rejected"
+        return body

@@ -1,0 +1,123 @@
+"""The routing decision: a pure function of the call's features, the policy and live state.
+
+`features_of()` reads what routes can match on from the parsed body once; `decide()` never does
+I/O, never mutates, and is tested as a table of inputs → decisions.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from router.errors import NotFound
+from router.policy.model import Policy, Route, When
+
+TIER_HEADER = "x-router-tier"
+CHARS_PER_TOKEN = 4  # a cheap, tokenizer-free estimate; good enough for routing thresholds
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    model: str
+    tool_names: tuple[str, ...] = ()
+    prompt_tokens: int = 0
+    last_role: str | None = None
+    stream: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Live:
+    """What the router knows beyond the call itself (filled by the store; empty by default)."""
+
+    sticky_tier: str | None = None  # set while a session is sticky after an agent-reported error
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    tier: str
+    route: str
+    reason: str
+
+
+def _text_len(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
+    return 0
+
+
+def features_of(body: Mapping[str, Any], headers: Mapping[str, str]) -> Features:
+    """Routing features of a chat-completions body. `headers` must have lower-case names."""
+    tools = body.get("tools") or ()
+    names = tuple(
+        str((t.get("function") or {}).get("name") or t.get("name") or "") for t in tools if isinstance(t, dict)
+    )
+    messages = body.get("messages") or ()
+    chars = sum(_text_len(m.get("content")) for m in messages if isinstance(m, dict))
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else None
+    return Features(
+        model=str(body.get("model") or ""),
+        tool_names=names,
+        prompt_tokens=chars // CHARS_PER_TOKEN,
+        last_role=str(last.get("role")) if last else None,
+        stream=bool(body.get("stream")),
+        headers=headers,
+    )
+
+
+def _matches(when: When, f: Features) -> bool:
+    if (t := when.tools) is not None:
+        n = len(f.tool_names)
+        if t.present is not None and t.present != (n > 0):
+            return False
+        if t.min_count is not None and n < t.min_count:
+            return False
+        if t.max_count is not None and n > t.max_count:
+            return False
+        if t.any_of is not None and not set(t.any_of) & set(f.tool_names):
+            return False
+        if t.none_of is not None and set(t.none_of) & set(f.tool_names):
+            return False
+    if when.min_prompt_tokens is not None and f.prompt_tokens < when.min_prompt_tokens:
+        return False
+    if when.max_prompt_tokens is not None and f.prompt_tokens > when.max_prompt_tokens:
+        return False
+    if when.last_role is not None and f.last_role not in when.last_role:
+        return False
+    if when.model is not None and not any(fnmatch.fnmatchcase(f.model, p) for p in when.model):
+        return False
+    if when.stream is not None and when.stream != f.stream:
+        return False
+    if when.headers:
+        for name, patterns in when.headers.items():
+            value = f.headers.get(name)
+            if value is None or not any(fnmatch.fnmatchcase(value, p) for p in patterns):
+                return False
+    return True
+
+
+def first_match(routes: list[Route], f: Features) -> Route | None:
+    return next((r for r in routes if _matches(r.when, f)), None)
+
+
+def decide(f: Features, policy: Policy, live: Live = Live()) -> Decision:
+    """Which tier answers this call, by which route, and why. Raises NotFound for unknown models."""
+    target = policy.resolve_alias(f.model)
+    if target is None:
+        raise NotFound(f"The model {f.model!r} is not served here; see GET /v1/models.", param="model")
+    if policy.allow_tier_header and (forced := f.headers.get(TIER_HEADER)):
+        if forced not in policy.models:
+            raise NotFound(f"{TIER_HEADER}: unknown tier {forced!r}.", param=TIER_HEADER)
+        return Decision(forced, "header", f"forced by {TIER_HEADER}")
+    if target != "auto":
+        return Decision(target, f"alias:{f.model}", f"model {f.model!r} is an alias of tier {target!r}")
+    if live.sticky_tier is not None:
+        return Decision(live.sticky_tier, "sticky", "session is sticky after an agent-reported error")
+    route = first_match(policy.routes, f)
+    if route is None:
+        raise NotFound("No route matches this call and the policy has no catch-all route.", param="model")
+    return Decision(route.use, route.name, f"first matching route {route.name!r}")

@@ -1,0 +1,212 @@
+"""The policy file, as pydantic models. Unknown keys are errors everywhere (`extra="forbid"`).
+
+A policy names tiers (`models`), maps incoming model names to `auto` or a tier (`aliases`), and
+lists first-match `routes`. `escalation` says which mistakes send a call to a stronger tier.
+Every default lives here, next to the field it belongs to.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+MISTAKE_KINDS = (
+    "invalid_json",
+    "unknown_tool",
+    "schema_violation",
+    "missing_tool_call",
+    "text_tool_call",
+    "empty_response",
+    "upstream_error",
+    "timeout",
+    "agent_reported_error",
+)
+MistakeKind = Literal[
+    "invalid_json",
+    "unknown_tool",
+    "schema_violation",
+    "missing_tool_call",
+    "text_tool_call",
+    "empty_response",
+    "upstream_error",
+    "timeout",
+    "agent_reported_error",
+]
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Timeouts(Strict):
+    """Seconds. `first_token`: until the response headers (JSON) or the first SSE event (stream)."""
+
+    connect: PositiveFloat = 5.0
+    first_token: PositiveFloat = 60.0
+    total: PositiveFloat = 600.0
+
+
+class Tier(Strict):
+    model: str = Field(description='"openai/<id>" for OpenAI-compatible servers, else a litellm provider string')
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+    timeouts: Timeouts = Timeouts()
+    max_connections: int = Field(64, ge=1, description="pool size of this tier's keep-alive connections")
+    warm_connections: int = Field(2, ge=0, description="connections opened at start-up")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="body fields set on every request to this tier (e.g. temperature)"
+    )
+
+    @property
+    def provider(self) -> str:
+        return self.model.split("/", 1)[0] if "/" in self.model else "openai"
+
+    @property
+    def upstream_model(self) -> str:
+        """The model id sent upstream: the part after `openai/`, or the whole litellm string."""
+        return self.model.split("/", 1)[1] if self.provider == "openai" and "/" in self.model else self.model
+
+    @model_validator(mode="after")
+    def _openai_needs_base(self) -> Tier:
+        if self.provider == "openai" and not self.api_base:
+            raise ValueError("an openai/<id> tier needs api_base (the OpenAI-compatible server's /v1 URL)")
+        return self
+
+
+class ToolsCondition(Strict):
+    present: bool | None = None
+    min_count: int | None = Field(None, ge=0)
+    max_count: int | None = Field(None, ge=0)
+    any_of: list[str] | None = Field(None, description="at least one of these tool names is offered")
+    none_of: list[str] | None = Field(None, description="none of these tool names is offered")
+
+
+class When(Strict):
+    """All given conditions must hold. An empty `when` always matches."""
+
+    tools: ToolsCondition | None = None
+    min_prompt_tokens: int | None = Field(None, ge=0)
+    max_prompt_tokens: int | None = Field(None, ge=0)
+    last_role: list[Role] | None = None
+    model: list[str] | None = Field(None, description="incoming model names; glob patterns allowed")
+    headers: dict[str, str | list[str]] | None = Field(
+        None, description="request header → value or values; glob patterns allowed; names case-insensitive"
+    )
+    stream: bool | None = None
+
+    @field_validator("last_role", mode="before")
+    @classmethod
+    def _one_role(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("headers")
+    @classmethod
+    def _lower_headers(cls, v: dict[str, str | list[str]] | None) -> dict[str, list[str]] | None:
+        if v is None:
+            return None
+        return {k.lower(): ([x] if isinstance(x, str) else x) for k, x in v.items()}
+
+
+class Route(Strict):
+    name: str = Field(min_length=1)
+    when: When = When()
+    use: str = Field(description="tier name")
+
+
+class AfterAgentError(Strict):
+    sticky_calls: int = Field(3, ge=0, description="next calls of the session that go to the escalation tier")
+
+
+class Escalation(Strict):
+    to: str | list[str] | None = Field(None, description="tier, or chain of tiers tried in order")
+    on: list[MistakeKind] = Field(
+        default_factory=lambda: [k for k in MISTAKE_KINDS if k != "agent_reported_error"]
+    )
+    max_attempts: int = Field(3, ge=1, description="upstream calls per client call, all tiers together")
+    deadline: PositiveFloat = Field(300.0, description="seconds for the whole call, escalations included")
+    after_agent_error: AfterAgentError = AfterAgentError()
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        if self.to is None:
+            return ()
+        return (self.to,) if isinstance(self.to, str) else tuple(self.to)
+
+
+class Policy(Strict):
+    version: Literal[1]
+    models: dict[str, Tier] = Field(min_length=1)
+    aliases: dict[str, str] = Field(default_factory=lambda: {"*": "auto"})
+    routes: list[Route] = Field(min_length=1)
+    escalation: Escalation = Escalation()
+    allow_tier_header: bool = Field(False, description="let clients force a tier with `x-router-tier`")
+    client_keys: list[SecretStr] = Field(default_factory=list, description="if set, clients must send one")
+    store: str = "sqlite:///./.agent-router/state.db"
+
+    @model_validator(mode="after")
+    def _references_exist(self) -> Policy:
+        problems = reference_problems(
+            self.models, self.aliases, [(r.name, r.use) for r in self.routes], self.escalation.to
+        )
+        if problems:
+            raise ValueError("; ".join(f"{'.'.join(map(str, loc))}: {msg}" for loc, msg in problems))
+        return self
+
+    def resolve_alias(self, model: str) -> str | None:
+        """Incoming model name → "auto" or a tier; exact names first, then tier names, then globs."""
+        if model in self.aliases:
+            return self.aliases[model]
+        if model in self.models:
+            return model
+        for pattern, target in self.aliases.items():
+            if fnmatch.fnmatchcase(model, pattern):
+                return target
+        return None
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret in the policy, for redaction."""
+        keys = [t.api_key.get_secret_value() for t in self.models.values() if t.api_key]
+        keys += [k.get_secret_value() for k in self.client_keys]
+        return tuple(k for k in keys if k and k != "none")
+
+
+def reference_problems(
+    tiers: Iterable[str],
+    aliases: Mapping[str, Any],
+    routes: Sequence[tuple[Any, Any]],
+    escalation_to: Any,
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every reference to a tier that does not exist, and every repeated route name, as (loc, message).
+
+    Shared by `Policy`'s validator and the loader, which runs it on the raw file when other errors
+    stop pydantic before the model validator, so that all problems are reported at once.
+    Values of the wrong type are skipped (field validation reports those).
+    """
+    names = set(tiers)
+    listed = ", ".join(sorted(names))
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    for alias, target in aliases.items():
+        if isinstance(target, str) and target != "auto" and target not in names:
+            problems.append((("aliases", alias), f"unknown tier {target!r} (tiers: {listed})"))
+    seen: dict[str, int] = {}
+    for i, (name, use) in enumerate(routes):
+        if isinstance(use, str) and use not in names:
+            problems.append((("routes", i, "use"), f"unknown tier {use!r} (route {name!r})"))
+        if isinstance(name, str):
+            if name in seen:
+                msg = f"duplicate route name {name!r} (first used by routes.{seen[name]})"
+                problems.append((("routes", i, "name"), msg))
+            else:
+                seen[name] = i
+    if isinstance(escalation_to, str) and escalation_to not in names:
+        problems.append((("escalation", "to"), f"unknown tier {escalation_to!r}"))
+    elif isinstance(escalation_to, list):
+        for j, tier in enumerate(escalation_to):
+            if isinstance(tier, str) and tier not in names:
+                problems.append((("escalation", "to", j), f"unknown tier {tier!r}"))
+    return problems

@@ -1,0 +1,32 @@
+"""Process settings: every knob of the running proxy and its default, in one place.
+
+Read from the environment (`AGENT_ROUTER_<NAME>`), overridden by CLI flags. What to route where
+lives in the policy file; how the process behaves lives here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENT_ROUTER_", extra="forbid", frozen=True)
+
+    policy: Path = Field(Path("policies/default.yaml"), description="policy file (YAML)")
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    store: str | None = Field(None, description="overrides the policy's `store` URL")
+
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="request bodies above → 413")
+    max_concurrency: int = Field(512, ge=1, description="calls in flight above → 503 with Retry-After")
+    client_keys: list[SecretStr] = Field(
+        default_factory=list, description="client API keys (added to the policy's client_keys)"
+    )
+
+    reload_policy: bool = Field(True, description="watch the policy file and reload it on change")
+    warm_up: bool = Field(True, description="open upstream connections at start-up")
+    log_level: str = "info"
+    access_log: bool = False

@@ -1,0 +1,98 @@
+"""Tiers that need translation (Anthropic, Gemini, Bedrock, ...) through litellm.
+
+litellm is imported on `start()` of the first such tier, never at process start-up and never on
+the OpenAI-compatible path; its cost map is read from the package, not fetched. Its answers are
+already OpenAI-shaped, so the pipeline treats them like any other tier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+from collections.abc import AsyncIterator
+from typing import Any, NoReturn
+
+from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, redact
+from router.policy.model import Tier
+from router.upstream.base import Chunk, Reply
+
+
+class LitellmUpstream:
+    def __init__(self, tier: str, config: Tier) -> None:
+        self.tier = tier
+        self.config = config
+        key = config.api_key.get_secret_value() if config.api_key else ""
+        self._secrets = (key,) if key else ()
+        self._litellm: Any = None
+
+    async def start(self, warm: bool = True) -> None:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        os.environ.setdefault("LITELLM_LOG", "ERROR")
+        try:
+            self._litellm = await asyncio.to_thread(importlib.import_module, "litellm")
+        except ImportError:
+            raise RuntimeError(
+                f"tier {self.tier!r} ({self.config.model}) needs litellm: pip install 'agent-router[litellm]'"
+            ) from None
+        self._litellm.suppress_debug_info = True
+        self._litellm.drop_params = True
+
+    async def close(self) -> None:
+        return None
+
+    def _kwargs(self, body: dict[str, Any], deadline: float, stream: bool) -> dict[str, Any]:
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            raise UpstreamTimeout(f"tier {self.tier!r}: no time left before the call's deadline", tier=self.tier)
+        kwargs = {k: v for k, v in body.items() if k not in ("model", "stream", "stream_options")}
+        kwargs.update(self.config.params)
+        kwargs.update(
+            model=self.config.model,
+            stream=stream,
+            timeout=min(self.config.timeouts.total, remaining),
+            num_retries=0,
+        )
+        if self.config.api_base:
+            kwargs["api_base"] = self.config.api_base
+        if self.config.api_key:
+            kwargs["api_key"] = self.config.api_key.get_secret_value()
+        return kwargs
+
+    def _fail(self, exc: Exception) -> NoReturn:
+        if isinstance(exc, UpstreamError):
+            raise exc
+        lit = self._litellm
+        if isinstance(exc, TimeoutError) or (lit is not None and isinstance(exc, lit.Timeout)):
+            raise UpstreamTimeout(f"tier {self.tier!r} timed out", tier=self.tier) from None
+        status = getattr(exc, "status_code", None)
+        message = redact(str(getattr(exc, "message", "") or "")[:300], self._secrets)
+        if isinstance(status, int) and status >= 400:
+            raise UpstreamStatus(
+                f"tier {self.tier!r} answered HTTP {status}: {message}", tier=self.tier, upstream_status=status
+            ) from None
+        raise UpstreamError(f"tier {self.tier!r} failed ({type(exc).__name__})", tier=self.tier) from None
+
+    async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
+        try:
+            async with asyncio.timeout(self.config.timeouts.first_token):
+                resp = await self._litellm.acompletion(**self._kwargs(body, deadline, stream=False))
+        except Exception as exc:
+            self._fail(exc)
+        return Reply(resp.model_dump(exclude_none=True))
+
+    async def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
+        try:
+            async with asyncio.timeout(self.config.timeouts.first_token):
+                resp = await self._litellm.acompletion(**self._kwargs(body, deadline, stream=True))
+                chunks = aiter(resp)
+                first = await anext(chunks, None)
+        except Exception as exc:
+            self._fail(exc)
+        try:
+            chunk = first
+            while chunk is not None:
+                yield Chunk(chunk.model_dump(exclude_none=True))
+                chunk = await anext(chunks, None)
+        except Exception as exc:
+            self._fail(exc)
