@@ -8,7 +8,7 @@
     ├── NotFound                     404 invalid_request_error / model_not_found
     ├── BodyTooLarge                 413 invalid_request_error / body_too_large
     ├── Overloaded                   503 overloaded_error / overloaded          (Retry-After)
-    └── UpstreamError                502 upstream_error / upstream_error        (tier failed)
+    └── UpstreamError                502 upstream_error / upstream_error        (x-should-retry: false)
         ├── UpstreamTimeout          504 timeout_error / timeout
         └── UpstreamStatus           the upstream's 4xx is passed on; 5xx → 502
 
@@ -124,6 +124,7 @@ class UpstreamError(RouterError):
     status = 502
     type = "upstream_error"
     code = "upstream_error"
+    should_retry = False  # the router already retried and escalated; the SDK must not multiply that
     mistake: ClassVar[str] = "upstream_error"
 
     def __init__(self, message: str, *, tier: str = "", status: int | None = None) -> None:

@@ -8,6 +8,8 @@ Every default lives here, next to the field it belongs to.
 from __future__ import annotations
 
 import fnmatch
+import re
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -35,6 +37,10 @@ MistakeKind = Literal[
     "timeout",
     "agent_reported_error",
 ]
+# every kind but agent_reported_error, which is only known after the answer was delivered
+_ESCALATE_ON_BY_DEFAULT: tuple[MistakeKind, ...] = tuple(
+    k for k in typing.get_args(MistakeKind) if k != "agent_reported_error"
+)
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -90,12 +96,13 @@ class When(Strict):
     """All given conditions must hold. An empty `when` always matches."""
 
     tools: ToolsCondition | None = None
-    min_prompt_tokens: int | None = Field(None, ge=0)
-    max_prompt_tokens: int | None = Field(None, ge=0)
+    min_prompt_tokens: int | None = Field(default=None, ge=0)
+    max_prompt_tokens: int | None = Field(default=None, ge=0)
     last_role: list[Role] | None = None
-    model: list[str] | None = Field(None, description="incoming model names; glob patterns allowed")
+    model: list[str] | None = Field(default=None, description="incoming model names; glob patterns allowed")
     headers: dict[str, str | list[str]] | None = Field(
-        None, description="request header → value or values; glob patterns allowed; names case-insensitive"
+        default=None,
+        description="request header → value or values; glob patterns allowed; names case-insensitive",
     )
     stream: bool | None = None
 
@@ -118,17 +125,37 @@ class Route(Strict):
     use: str = Field(description="tier name")
 
 
+DEFAULT_FAILURE_PATTERNS = (
+    r"(?i)^\s*(error|exception|fatal)\b",
+    r"Traceback \(most recent call last\)",
+    r"(?i)\b(exit|return) (code|status)\W{0,3}[1-9]",
+)
+
+
 class AfterAgentError(Strict):
-    sticky_calls: int = Field(3, ge=0, description="next calls of the session that go to the escalation tier")
+    """A tool result the agent sends back that reports failure, for a call the router routed."""
+
+    sticky_calls: int = Field(
+        default=3, ge=0, description="next calls of the session that go to the escalation tier"
+    )
+    patterns: list[re.Pattern[str]] = Field(
+        default_factory=lambda: [re.compile(p) for p in DEFAULT_FAILURE_PATTERNS],
+        description="regexes that, found in a tool result, mean the call failed",
+    )
+    repeated_call: bool = Field(
+        default=True, description="a call repeated verbatim means the earlier one failed"
+    )
 
 
 class Escalation(Strict):
-    to: str | list[str] | None = Field(None, description="tier, or chain of tiers tried in order")
-    on: list[MistakeKind] = Field(
-        default_factory=lambda: [k for k in MISTAKE_KINDS if k != "agent_reported_error"]
+    to: str | list[str] | None = Field(default=None, description="tier, or chain of tiers tried in order")
+    on: list[MistakeKind] = Field(default_factory=lambda: list(_ESCALATE_ON_BY_DEFAULT))
+    max_attempts: int = Field(
+        default=3, ge=1, description="upstream calls per client call, all tiers together"
     )
-    max_attempts: int = Field(3, ge=1, description="upstream calls per client call, all tiers together")
-    deadline: PositiveFloat = Field(300.0, description="seconds for the whole call, escalations included")
+    deadline: PositiveFloat = Field(
+        default=300.0, description="seconds for the whole call, escalations included"
+    )
     after_agent_error: AfterAgentError = AfterAgentError()
 
     @property

@@ -1,0 +1,71 @@
+"""Upstream tiers: build one client per tier, keep them across policy reloads when unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from router.policy.model import Policy, Tier
+from router.upstream.base import Chunk, Reply, Upstream
+
+__all__ = ["Chunk", "Reply", "Upstream", "Upstreams", "build_upstream"]
+
+log = logging.getLogger("router.upstream")
+
+
+def build_upstream(name: str, tier: Tier) -> Upstream:
+    if tier.provider == "openai":
+        from router.upstream.openai_compat import OpenAICompatUpstream
+
+        return OpenAICompatUpstream(name, tier)
+    from router.upstream.litellm_adapter import LitellmUpstream
+
+    return LitellmUpstream(name, tier)
+
+
+class Upstreams:
+    """tier name → started upstream client. `apply()` swaps in a new policy's tiers."""
+
+    def __init__(self, warm: bool = True) -> None:
+        self._warm = warm
+        self._clients: dict[str, Upstream] = {}
+        self._configs: dict[str, Tier] = {}
+        self._retired: list[Upstream] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __getitem__(self, tier: str) -> Upstream:
+        return self._clients[tier]
+
+    async def apply(self, policy: Policy) -> None:
+        """Start clients for new or changed tiers, close those that went away or changed."""
+        stale = [n for n, cfg in self._configs.items() if policy.models.get(n) != cfg]
+        fresh = {n: t for n, t in policy.models.items() if self._configs.get(n) != t}
+        started = {name: build_upstream(name, tier) for name, tier in fresh.items()}
+        await asyncio.gather(*(c.start(warm=self._warm) for c in started.values()))
+        old = [self._clients[n] for n in stale]
+        for name in stale:
+            self._clients.pop(name)
+            self._configs.pop(name)
+        self._clients.update(started)
+        self._configs.update(fresh)
+        # in-flight calls still hold the old clients; close them after a grace period
+        if old:
+            self._retired.extend(old)
+            self._tasks.add(asyncio.create_task(self._retire(old)))
+        if fresh:
+            log.info("upstream tiers ready: %s", ", ".join(sorted(fresh)))
+
+    async def _retire(self, clients: list[Upstream], grace: float = 30.0) -> None:
+        await asyncio.sleep(grace)
+        for c in clients:
+            self._retired.remove(c)
+            await c.close()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        clients = [*self._clients.values(), *self._retired]
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        self._retired.clear()
+        self._clients.clear()
+        self._configs.clear()

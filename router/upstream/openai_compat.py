@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, NoReturn
 
 import aiohttp
@@ -175,7 +175,7 @@ class OpenAICompatUpstream:
         return Chunk(data, raw)
 
 
-async def _sse_events(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+async def _sse_events(content: aiohttp.StreamReader) -> AsyncGenerator[bytes, None]:
     """The `data:` payloads of an SSE stream, one per event (multi-line data joined by newlines)."""
     lines: list[bytes] = []
     async for line in content:

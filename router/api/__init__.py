@@ -1,0 +1,69 @@
+"""Transports: thin web handlers that parse, hand the call to the pipeline, and frame the answer.
+
+`endpoint` wraps every handler: the one place where errors become OpenAI-shaped responses, and
+where nothing unexpected escapes to the server's logger with a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from router.errors import BodyTooLarge, RouterError
+
+if TYPE_CHECKING:
+    from router.app import Router
+
+log = logging.getLogger("router.api")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def error_response(exc: RouterError) -> Response:
+    return Response(exc.to_json(), exc.http_status, exc.headers(), media_type="application/json")
+
+
+def endpoint(handler: Handler) -> Handler:
+    @functools.wraps(handler)
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except RouterError as exc:
+            return error_response(exc)
+        except Exception as exc:  # no traceback: it could carry request data or upstream details
+            log.error("unexpected %s in %s %s", type(exc).__name__, request.method, request.url.path)
+            return error_response(RouterError("The router failed unexpectedly; the error was logged."))
+
+    return wrapped
+
+
+def router_of(request: Request) -> Router:
+    return request.app.state.router  # type: ignore[no-any-return]
+
+
+def lower_headers(request: Request) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
+
+
+async def read_body(request: Request, router: Router) -> bytes:
+    """The request body, refusing (413) anything over the limit without reading it all."""
+    limit = router.settings.max_body_bytes
+    declared = request.headers.get("content-length")
+    too_large = BodyTooLarge(f"The request body exceeds the limit of {limit} bytes.")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        router.metrics.refused.labels("body_too_large").inc()
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            router.metrics.refused.labels("body_too_large").inc()
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)

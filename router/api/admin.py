@@ -1,0 +1,67 @@
+"""Health, models, stats and metrics."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from router.api import endpoint, router_of
+from router.errors import BadRequest
+
+
+def _json(data: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status, media_type="application/json")
+
+
+@endpoint
+async def healthz(request: Request) -> Response:
+    router = router_of(request)
+    holder = router.policy
+    body = {"status": "ok" if router.ready else "starting", "policy_version": holder.version}
+    if holder.last_error:
+        body["policy_error"] = "the policy file on disk is invalid; the previous version is in use"
+    return _json(body, 200 if router.ready else 503)
+
+
+@endpoint
+async def models(request: Request) -> Response:
+    router = router_of(request)
+    router.authorize(request)
+    policy = router.policy.current
+    now = int(time.time())
+    data = [{"id": name, "object": "model", "created": now, "owned_by": "agent-router"} for name in policy.models]
+    data += [
+        {"id": alias, "object": "model", "created": now, "owned_by": "agent-router", "routes_to": target}
+        for alias, target in policy.aliases.items()
+        if not any(ch in alias for ch in "*?[")
+    ]
+    return _json({"object": "list", "data": data})
+
+
+@endpoint
+async def stats(request: Request) -> Response:
+    router = router_of(request)
+    router.authorize(request)
+    window = request.query_params.get("window")
+    try:
+        seconds = float(window) if window else None
+    except ValueError:
+        raise BadRequest("'window' must be a number of seconds.", param="window") from None
+    return _json(await router.store.stats(seconds))
+
+
+@endpoint
+async def metrics(request: Request) -> Response:
+    return Response(router_of(request).metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+routes = [
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/v1/models", models, methods=["GET"]),
+    Route("/v1/router/stats", stats, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+]

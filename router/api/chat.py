@@ -1,0 +1,63 @@
+"""POST /v1/chat/completions — JSON and SSE."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from router import pipeline
+from router.api import endpoint, lower_headers, read_body, router_of
+from router.call import chat_call
+from router.errors import Overloaded
+from router.escalation import Trace
+
+if TYPE_CHECKING:
+    from router.app import Router
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+@endpoint
+async def completions(request: Request) -> Response:
+    router = router_of(request)
+    router.authorize(request)
+    if router.inflight >= router.settings.max_concurrency:
+        router.metrics.refused.labels("overloaded").inc()
+        raise Overloaded("Too many calls in flight; retry shortly.")
+    router.inflight += 1
+    streaming = False
+    try:
+        raw = await read_body(request, router)
+        call = chat_call(raw, lower_headers(request))
+        if call.stream:
+            trace, frames = await pipeline.stream(router, call)
+            streaming = True
+            headers = {**SSE_HEADERS, **trace.headers()}
+            return StreamingResponse(_observed(router, trace, frames), media_type="text/event-stream", headers=headers)
+        trace, reply = await pipeline.complete(router, call)
+        _observe(router, trace, None)
+        return Response(reply.raw or orjson.dumps(reply.data), headers=trace.headers(), media_type="application/json")
+    finally:
+        if not streaming:
+            router.inflight -= 1
+
+
+async def _observed(router: Router, trace: Trace, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Pass frames through; count the call when the stream ends, however it ends."""
+    ttft = asyncio.get_running_loop().time() - trace.started
+    try:
+        async for frame in frames:
+            yield frame
+    finally:
+        router.inflight -= 1
+        _observe(router, trace, ttft)
+
+
+def _observe(router: Router, trace: Trace, ttft: float | None) -> None:
+    elapsed = asyncio.get_running_loop().time() - trace.started
+    router.metrics.observe_call(trace.tier, trace.route, trace.escalated, ttft or elapsed, elapsed)

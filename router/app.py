@@ -1,0 +1,124 @@
+"""`create_app(settings)`: the ASGI app. Its lifespan owns every long-lived thing; no module globals.
+
+Router            what one running proxy owns: settings, policy, upstream pools, store,
+                  validator, metrics, background tasks — reached as `request.app.state.router`
+routes            api/chat.py (POST /v1/chat/completions), api/admin.py (models, health,
+                  stats, metrics)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from router.api import admin, chat, error_response
+from router.errors import NotFound, Unauthorized
+from router.metrics import Metrics
+from router.policy.model import Policy
+from router.policy.watch import PolicyHolder, watch
+from router.settings import Settings
+from router.store import Store, open_store
+from router.upstream import Upstreams
+from router.validate import Validator
+
+log = logging.getLogger("router")
+
+
+class Router:
+    def __init__(self, settings: Settings, policy: PolicyHolder, store: Store) -> None:
+        self.settings = settings
+        self.policy = policy
+        self.store = store
+        self.upstreams = Upstreams(warm=settings.warm_up)
+        self.validator = Validator()
+        self.metrics = Metrics()
+        self.inflight = 0
+        self.ready = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def background(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run off the request path; failures are logged, never raised to a client."""
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("background task failed: %s", type(exc).__name__)
+
+    def secrets(self) -> tuple[str, ...]:
+        return self.policy.current.secrets() + tuple(k.get_secret_value() for k in self.settings.client_keys)
+
+    def authorize(self, request: Request) -> None:
+        keys = [k.get_secret_value() for k in self.policy.current.client_keys + self.settings.client_keys]
+        if not keys:
+            return
+        auth = request.headers.get("authorization", "")
+        given = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+        if not any(hmac.compare_digest(given.encode(), k.encode()) for k in keys):
+            self.metrics.refused.labels("unauthorized").inc()
+            raise Unauthorized("A valid API key is required (Authorization: Bearer <key>).")
+
+    async def apply(self, policy: Policy) -> None:
+        await self.upstreams.apply(policy)
+        self.metrics.reloads.labels("applied").inc()
+
+    async def start(self) -> None:
+        await self.store.start()
+        await self.upstreams.apply(self.policy.current)
+        if self.settings.reload_policy and self.policy.path is not None:
+            self.background(watch(self.policy, self.policy.path, on_change=self.apply))
+        self.ready = True
+
+    async def close(self) -> None:
+        self.ready = False
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.upstreams.close()
+        await self.store.close()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Unknown paths and methods, in the OpenAI error shape."""
+    assert isinstance(exc, HTTPException)
+    err = NotFound(f"{request.method} {request.url.path}: {exc.detail}", status=exc.status_code)
+    return error_response(err)
+
+
+def create_app(settings: Settings, policy: PolicyHolder | None = None) -> Starlette:
+    holder = policy or PolicyHolder.from_file(settings.policy)
+    store = open_store(settings.store or holder.current.store)
+    router = Router(settings, holder, store)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await router.start()
+        try:
+            yield
+        finally:
+            await router.close()
+
+    routes = [
+        Route("/v1/chat/completions", chat.completions, methods=["POST"]),
+        Route("/chat/completions", chat.completions, methods=["POST"]),
+        *admin.routes,
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error},
+    )
+    app.state.router = router
+    return app

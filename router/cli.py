@@ -1,0 +1,133 @@
+"""`agent-router`: serve | check | up | fake-upstream | stats."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="A routing proxy for tool-using agents.")
+
+PolicyArg = Annotated[Path, typer.Option("--policy", "-p", help="policy file (YAML)")]
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def serve(
+    policy: PolicyArg = Path("policies/default.yaml"),
+    host: Annotated[str, typer.Option(help="bind address")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port")] = 8080,
+    store: Annotated[str | None, typer.Option(help="store URL; overrides the policy's")] = None,
+    log_level: Annotated[str, typer.Option(help="debug | info | warning | error")] = "info",
+    ssl_certfile: Annotated[Path | None, typer.Option(help="TLS certificate (serve https/wss)")] = None,
+    ssl_keyfile: Annotated[Path | None, typer.Option(help="TLS private key")] = None,
+) -> None:
+    """Run the proxy. Agents point their OpenAI base URL at http://HOST:PORT/v1."""
+    import uvicorn
+
+    from router.app import create_app
+    from router.policy.loader import PolicyError
+    from router.settings import Settings
+
+    _logging(log_level)
+    settings = Settings(policy=policy, host=host, port=port, store=store, log_level=log_level)
+    try:
+        asgi = create_app(settings)
+    except (PolicyError, ValueError) as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from None
+    uvicorn.run(
+        asgi,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=settings.access_log,
+        ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+        ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
+        timeout_graceful_shutdown=5,
+    )
+
+
+@app.command()
+def check(files: Annotated[list[Path], typer.Argument(help="policy files")]) -> None:
+    """Validate policy files; print every error as file:line and exit 1 if any."""
+    from router.policy.loader import check_file
+
+    failed = False
+    for path in files:
+        errors = check_file(path)
+        for line in errors:
+            typer.echo(line, err=True)
+        if errors:
+            failed = True
+        else:
+            typer.echo(f"{path}: ok")
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command("fake-upstream")
+def fake_upstream(
+    port: Annotated[int, typer.Option(help="port")] = 9100,
+    host: Annotated[str, typer.Option(help="bind address")] = "127.0.0.1",
+    seed: Annotated[int, typer.Option(help="seed of the deterministic answers")] = 0,
+    bad_tool_rate: Annotated[
+        list[str] | None,
+        typer.Option(help="share of broken tool calls: RATE, or TOOL=RATE for one tool (repeatable)"),
+    ] = None,
+    error_rate: Annotated[float, typer.Option(help="share of HTTP 500 answers")] = 0.0,
+    delay_ms: Annotated[float, typer.Option(help="delay before the response headers")] = 0.0,
+    first_token_delay_ms: Annotated[float, typer.Option(help="streams: delay before the first event")] = 0.0,
+    chunk_delay_ms: Annotated[float, typer.Option(help="streams: delay between events")] = 0.0,
+    reset_mid_stream: Annotated[float, typer.Option(help="share of streams cut after a few chunks")] = 0.0,
+    reset_before_first_byte: Annotated[float, typer.Option(help="share of connections closed unanswered")] = 0.0,
+    malformed_sse: Annotated[float, typer.Option(help="share of streams with a garbage event")] = 0.0,
+    model: Annotated[str, typer.Option(help="model name it reports")] = "fake-model",
+) -> None:
+    """Run the deterministic, fault-injecting fake model server (OpenAI-compatible)."""
+    from router.upstream.fake import FakeConfig, run_fake
+
+    rate, per_tool = 0.0, {}
+    for item in bad_tool_rate or []:
+        tool, sep, value = item.rpartition("=")
+        if sep:
+            per_tool[tool] = float(value)
+        else:
+            rate = float(value)
+    config = FakeConfig(
+        seed=seed,
+        model=model,
+        bad_tool_rate=rate,
+        bad_tool_rates=per_tool,
+        error_rate=error_rate,
+        delay_ms=delay_ms,
+        first_token_delay_ms=first_token_delay_ms,
+        chunk_delay_ms=chunk_delay_ms,
+        reset_mid_stream=reset_mid_stream,
+        reset_before_first_byte=reset_before_first_byte,
+        malformed_sse=malformed_sse,
+    )
+    typer.echo(f"fake upstream on http://{host}:{port}/v1")
+    run_fake(config, host, port)
+
+
+@app.command()
+def up(
+    policy: PolicyArg = Path("policies/local.yaml"),
+    port: Annotated[int, typer.Option(help="proxy port")] = 8080,
+    fast_port: Annotated[int, typer.Option(help="llama.cpp port of the fast tier")] = 8081,
+    full_port: Annotated[int, typer.Option(help="llama.cpp port of the full tier")] = 8082,
+) -> None:
+    """Run the local demo: two llama.cpp Gemma 3 270M servers (fast, full) and the proxy."""
+    from router.local import run_local
+
+    _logging("info")
+    raise typer.Exit(run_local(policy=policy, port=port, fast_port=fast_port, full_port=full_port))
+
+
+if __name__ == "__main__":
+    app()

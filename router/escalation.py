@@ -1,0 +1,167 @@
+"""One call's journey across tiers: which tier to try next, what went wrong, what to tell the client.
+
+The loop itself is tenacity's: `Trace.attempts()` retries while `Escalate` is raised. A `Trace`
+raises `Escalate` only when another attempt is allowed (attempt count and deadline) and useful
+(a stronger tier, or the same tier again after an upstream error); otherwise it accepts the
+answer it has — with its mistakes in the headers — or raises the last upstream error.
+
+Backoff (exponential, with jitter) applies only when an upstream error sends the call back to the
+same tier; escalating to another tier is immediate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import orjson
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from tenacity.wait import wait_exponential_jitter
+
+from router.call import Call
+from router.errors import UpstreamError
+from router.policy.decide import Decision
+from router.policy.model import Policy
+from router.store.base import Event, RoutedCall
+from router.validate import Mistake
+
+if TYPE_CHECKING:
+    from router.app import Router
+
+
+class Escalate(Exception):
+    """Try again: raised inside a tenacity attempt."""
+
+    def __init__(self, mistakes: Sequence[str], same_tier: bool) -> None:
+        super().__init__(", ".join(mistakes))
+        self.same_tier = same_tier
+
+
+_backoff = wait_exponential_jitter(initial=0.1, max=2.0, jitter=0.2)
+
+
+def _wait(state: RetryCallState) -> float:
+    exc = state.outcome.exception() if state.outcome else None
+    return _backoff(state) if isinstance(exc, Escalate) and exc.same_tier else 0.0
+
+
+class Trace:
+    def __init__(self, router: Router, call: Call, policy: Policy, decision: Decision) -> None:
+        self.router = router
+        self.call = call
+        self.policy = policy
+        self.decision = decision
+        self.route = decision.route
+        self.tier = decision.tier
+        self.tried: list[str] = []
+        self.mistakes: list[str] = []
+        loop = asyncio.get_running_loop()
+        self.started = loop.time()
+        self.deadline = self.started + policy.escalation.deadline
+
+    # -- the loop ---------------------------------------------------------------------------
+    def attempts(self) -> AsyncRetrying:
+        return AsyncRetrying(
+            retry=retry_if_exception_type(Escalate),
+            stop=stop_after_attempt(self.policy.escalation.max_attempts),
+            wait=_wait,
+            reraise=True,
+        )
+
+    def next_tier(self) -> str:
+        self.tier = self._stronger(self.tried[-1]) if self.tried else self.decision.tier
+        self.tried.append(self.tier)
+        return self.tier
+
+    @property
+    def escalated(self) -> bool:
+        return any(t != self.decision.tier for t in self.tried)
+
+    def checked(self, tier: str) -> bool:
+        """Answers of this tier are held and checked before release (all but the chain's last)."""
+        chain = self.policy.escalation.chain
+        return bool(chain) and tier != chain[-1]
+
+    def _stronger(self, tier: str) -> str:
+        chain = self.policy.escalation.chain
+        if tier in chain:
+            i = chain.index(tier)
+            return chain[i + 1] if i + 1 < len(chain) else tier
+        return chain[0] if chain else tier
+
+    def _may_retry(self) -> bool:
+        return (
+            len(self.tried) < self.policy.escalation.max_attempts and asyncio.get_running_loop().time() < self.deadline
+        )
+
+    # -- verdicts -----------------------------------------------------------------------------
+    def judge(self, tier: str, message: Mapping[str, Any], finish_reason: str | None) -> list[Mistake]:
+        """Check an answer, record it, and raise Escalate if its mistakes warrant another tier."""
+        found = self.router.validator.check(message, self.call.body, finish_reason=finish_reason)
+        tools = [str((c.get("function") or {}).get("name", "")) for c in message.get("tool_calls") or ()]
+        self._record(tier, tools, found)
+        stronger = self._stronger(tier)
+        escalate_on = self.policy.escalation.on
+        if (
+            found
+            and self.checked(tier)
+            and stronger != tier
+            and any(m.kind in escalate_on for m in found)
+            and self._may_retry()
+        ):
+            raise Escalate([m.kind for m in found], same_tier=False)
+        return found
+
+    def failed(self, tier: str, exc: UpstreamError) -> NoReturn:
+        """An upstream error: record it, then escalate / retry if allowed, else give up."""
+        self._record(tier, [], [Mistake(exc.mistake)], answered=False)
+        client_fault = getattr(exc, "client_fault", False)
+        if not client_fault and exc.mistake in self.policy.escalation.on and self._may_retry():
+            raise Escalate([exc.mistake], same_tier=self._stronger(tier) == tier) from exc
+        raise exc
+
+    def delivered(self, message: Mapping[str, Any]) -> None:
+        """Remember the tool calls the client got, to attribute errors it reports later."""
+        calls = [
+            RoutedCall(
+                str(c.get("id", "")),
+                self.tier,
+                self.route,
+                str((c.get("function") or {}).get("name", "")),
+                str((c.get("function") or {}).get("arguments", ""))[:2000],
+            )
+            for c in message.get("tool_calls") or ()
+            if c.get("id")
+        ]
+        if calls:
+            self.router.background(self.router.store.routed_put(self.call.session, calls))
+
+    def _record(self, tier: str, tools: Sequence[str], found: Sequence[Mistake], answered: bool = True) -> None:
+        self.mistakes.extend(m.kind for m in found)
+        s = self.call.session
+        events = [Event(tier, self.route, session=s)] if answered else []
+        events += [Event(tier, self.route, tool=t, session=s) for t in tools if t]
+        events += [Event(tier, self.route, tool=m.tool, kind=m.kind, session=s) for m in found]
+        self.router.store.record(events)
+        self.router.metrics.observe_answer(tier, self.route, answered, [m.kind for m in found])
+
+    # -- what the client is told --------------------------------------------------------------
+    def headers(self) -> dict[str, str]:
+        return {
+            "x-router-tier": self.tier,
+            "x-router-route": self.route,
+            "x-router-escalated": "true" if self.escalated else "false",
+            "x-router-mistakes": ",".join(self.mistakes),
+        }
+
+    def summary(self) -> bytes:
+        return orjson.dumps(
+            {
+                "tier": self.tier,
+                "route": self.route,
+                "escalated": self.escalated,
+                "mistakes": self.mistakes,
+                "tiers": self.tried,
+            }
+        )

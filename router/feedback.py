@@ -1,0 +1,98 @@
+"""Errors the agent reports afterwards, and the sticky sessions they cause.
+
+A call's newest tool results (those after the last assistant message) answer tool calls the router
+delivered in the previous turn. When one reports failure — Anthropic-style `is_error`, a policy
+failure pattern (a traceback, an `Error:` prefix, a non-zero exit code), or the model repeating
+an earlier call verbatim — the router records `agent_reported_error` against the tier and tool
+that made that call, and the session's next `sticky_calls` calls go to the escalation tier.
+Only the newest results are read, so a failure is counted once although every later call of the
+conversation repeats it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
+
+from router.call import Call
+from router.policy.model import AfterAgentError, Policy
+from router.store.base import Event, RoutedCall
+
+if TYPE_CHECKING:
+    from router.app import Router
+
+log = logging.getLogger("router.feedback")
+
+
+async def sticky_tier(router: Router, call: Call, policy: Policy) -> str | None:
+    """Record newly reported failures, then say whether this call must go to a stronger tier."""
+    rules = policy.escalation.after_agent_error
+    if not policy.escalation.chain:
+        return None
+    failed = [fid async for fid in _failed_calls(router, call, rules)]
+    if failed:
+        router.store.record(
+            [Event(c.tier, c.route, tool=c.tool, kind="agent_reported_error", session=call.session) for c in failed]
+        )
+        router.metrics.observe_agent_errors(failed)
+        if rules.sticky_calls:
+            await router.store.sticky_set(call.session, policy.escalation.chain[-1], rules.sticky_calls)
+        log.info("session %s: agent reported %d failed tool call(s)", call.session[:16], len(failed))
+    if not rules.sticky_calls:
+        return None
+    tier = await router.store.sticky_take(call.session)
+    return tier if tier in policy.models else None
+
+
+async def _failed_calls(router: Router, call: Call, rules: AfterAgentError) -> AsyncIterator[RoutedCall]:
+    messages = call.body.get("messages") or ()
+    results, assistant, earlier = _newest_turn(messages)
+    if not results:
+        return
+    for result in results:
+        if _reports_failure(result, rules):
+            routed = await router.store.routed_get(call.session, str(result.get("tool_call_id")))
+            if routed is not None:
+                yield routed
+    if rules.repeated_call and assistant is not None:
+        seen = {_signature(c): c for m in earlier for c in m.get("tool_calls") or ()}
+        for c in assistant.get("tool_calls") or ():
+            if (prior := seen.get(_signature(c))) is not None and prior.get("id") != c.get("id"):
+                routed_prior = await router.store.routed_get(call.session, str(prior.get("id")))
+                if routed_prior is not None:
+                    yield routed_prior
+
+
+def _newest_turn(messages: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]]]:
+    """(tool results at the end, the assistant message they answer, the assistant messages before)."""
+    i = len(messages)
+    while i > 0 and isinstance(messages[i - 1], dict) and messages[i - 1].get("role") == "tool":
+        i -= 1
+    results = [m for m in messages[i:] if m.get("tool_call_id")]
+    if not results or i == 0 or (messages[i - 1] or {}).get("role") != "assistant":
+        return results, None, []
+    earlier = [m for m in messages[: i - 1] if isinstance(m, dict) and m.get("role") == "assistant"]
+    return results, messages[i - 1], earlier
+
+
+def _reports_failure(result: dict[str, Any], rules: AfterAgentError) -> bool:
+    content = result.get("content")
+    parts = content if isinstance(content, list) else ()
+    if result.get("is_error") is True or any(isinstance(p, dict) and p.get("is_error") is True for p in parts):
+        return True
+    return any(p.search(text) for text in _texts(content) for p in rules.patterns)
+
+
+def _texts(content: Any) -> Iterator[str]:
+    if isinstance(content, str):
+        yield content[:4000]
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield part["text"][:4000]
+
+
+def _signature(tool_call: Any) -> tuple[str, str]:
+    fn = (tool_call or {}).get("function") or {}
+    return str(fn.get("name", "")), str(fn.get("arguments", "")).strip()

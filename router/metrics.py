@@ -1,0 +1,61 @@
+"""Prometheus metrics, in a registry owned by the app (no process-global state).
+
+Counters mirror the stats endpoint (answers and mistakes per tier and route), plus escalations,
+one counter per limit (Envoy-style: what was refused, and why), and latency histograms per tier
+and route for time-to-first-token and total time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from router.store.base import RoutedCall
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.answers = Counter("router_answers", "Upstream answers per tier and route", ["tier", "route"], registry=r)
+        self.mistakes = Counter(
+            "router_mistakes", "Mistakes per tier, route and kind", ["tier", "route", "kind"], registry=r
+        )
+        self.calls = Counter(
+            "router_calls", "Client calls served, by final tier and route", ["tier", "route", "escalated"], registry=r
+        )
+        self.refused = Counter("router_refused", "Client calls refused, by limit or reason", ["reason"], registry=r)
+        self.ttft = Histogram(
+            "router_ttft_seconds",
+            "Time to the first byte sent",
+            ["tier", "route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.total = Histogram(
+            "router_call_seconds", "Whole call time", ["tier", "route"], buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.reloads = Counter("router_policy_reloads", "Policy reloads by outcome", ["outcome"], registry=r)
+
+    def observe_answer(self, tier: str, route: str, answered: bool, kinds: Sequence[str]) -> None:
+        if answered:
+            self.answers.labels(tier, route).inc()
+        for kind in kinds:
+            self.mistakes.labels(tier, route, kind).inc()
+
+    def observe_agent_errors(self, calls: Sequence[RoutedCall]) -> None:
+        for c in calls:
+            self.mistakes.labels(c.tier, c.route, "agent_reported_error").inc()
+
+    def observe_call(self, tier: str, route: str, escalated: bool, ttft: float, total: float) -> None:
+        self.calls.labels(tier, route, "true" if escalated else "false").inc()
+        self.ttft.labels(tier, route).observe(ttft)
+        self.total.labels(tier, route).observe(total)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

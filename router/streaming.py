@@ -1,0 +1,164 @@
+"""Streaming without leaking mistakes.
+
+`Gate` sits on one attempt's chunks. On a checked tier, content deltas pass as they arrive while
+tool-call deltas, the finish chunk and usage are held; `message()` assembles the answer for the
+validator, and `release()` gives back the held part once it passed. Text that opens like a call
+written as text (`{`, `[`, a fence or a tag, when tools are offered) is held too, so such a leak
+never reaches the client. On an unchecked tier every chunk passes at once.
+
+`Emitter` turns chunks from any number of attempts into one client stream: one `id`, one role
+delta, a blank line between the text of two attempts, SSE framing, an error frame, the trailer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from router.errors import RouterError
+from router.upstream.base import Chunk
+
+_SUSPECT_OPENERS = ("{", "[", "`", "<")
+_KEEP = ("id", "object", "created", "model", "system_fingerprint")
+
+
+class Gate:
+    def __init__(self, hold: bool, tools_offered: bool) -> None:
+        self.hold = hold
+        self.hold_text = hold and tools_offered
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self._held: list[Chunk] = []  # role-only and suspect-text chunks, in order
+        self._tail: list[Chunk] = []  # finish and usage chunks
+        self._template: dict[str, Any] | None = None
+        self._suspect: bool | None = None  # decided on the first non-blank text
+
+    def feed(self, chunk: Chunk) -> list[Chunk]:
+        """Take one upstream chunk; return what may be sent now."""
+        d = chunk.data
+        if self._template is None:
+            self._template = {k: d[k] for k in _KEEP if k in d}
+        choices = d.get("choices")
+        if not choices:  # usage-only chunk (stream_options.include_usage)
+            return self._pass_or_hold(chunk, self._tail)
+        choice = choices[0]
+        delta = choice.get("delta") or {}
+        if fr := choice.get("finish_reason"):
+            self.finish_reason = fr
+        if delta.get("tool_calls"):
+            self._add_calls(delta["tool_calls"])
+        if text := delta.get("content"):
+            self.text.append(text)
+        if not self.hold:
+            return [chunk]
+        if delta.get("tool_calls") or fr:  # hold the call and the finish; keep this chunk's text
+            if fr:
+                self._tail.append(_with(chunk, delta={}, finish_reason=fr))
+            if not text:
+                return []
+            chunk = _with(chunk, delta={"content": text}, finish_reason=None)
+        self._held.append(chunk)  # role-only openers wait for the first text that may be sent
+        if text and self._suspect is None and text.strip():
+            self._suspect = self.hold_text and text.lstrip().startswith(_SUSPECT_OPENERS)
+        return self._flush() if text and self._suspect is False else []
+
+    def _pass_or_hold(self, chunk: Chunk, into: list[Chunk]) -> list[Chunk]:
+        if not self.hold:
+            return [chunk]
+        into.append(chunk)
+        return []
+
+    def _flush(self) -> list[Chunk]:
+        out, self._held = self._held, []
+        return out
+
+    def _add_calls(self, deltas: list[dict[str, Any]]) -> None:
+        for i, tc in enumerate(deltas):
+            idx = tc.get("index", i)
+            call = self.calls.setdefault(idx, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+            if tc.get("id"):
+                call["id"] = tc["id"]
+            fn = tc.get("function") or {}
+            if fn.get("name"):
+                call["function"]["name"] += fn["name"]
+            if fn.get("arguments"):
+                call["function"]["arguments"] += fn["arguments"]
+
+    def message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
+        if self.calls:
+            msg["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        return msg
+
+    def release(self) -> list[Chunk]:
+        """After the answer passed: held text, the tool calls (whole), then finish and usage."""
+        if not self.hold:
+            return []
+        out = self._flush()
+        if self.calls:
+            calls = [{"index": n, **self.calls[i]} for n, i in enumerate(sorted(self.calls))]
+            out.append(self._synth({"tool_calls": calls}))
+        out += self._tail
+        self._tail = []
+        return out
+
+    def _synth(self, delta: dict[str, Any]) -> Chunk:
+        data = {**(self._template or {}), "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        return Chunk(data)
+
+
+def _with(chunk: Chunk, delta: dict[str, Any], finish_reason: str | None) -> Chunk:
+    choice = {**chunk.data["choices"][0], "delta": delta, "finish_reason": finish_reason}
+    return Chunk({**chunk.data, "choices": [choice]})
+
+
+class Emitter:
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.sent = False
+        self._role_sent = False
+        self._text_sent = False
+        self._separate = False
+
+    def next_attempt(self) -> None:
+        self._separate = self._text_sent
+
+    def frame(self, chunk: Chunk) -> bytes:
+        d = chunk.data
+        changed = False
+        if self.id is None:
+            self.id = d.get("id")
+        elif d.get("id") != self.id:
+            d = {**d, "id": self.id}
+            changed = True
+        choices = d.get("choices")
+        if choices:
+            delta = choices[0].get("delta") or {}
+            if "role" in delta:
+                if self._role_sent:
+                    delta = {k: v for k, v in delta.items() if k != "role"}
+                    changed = True
+                self._role_sent = True
+            if delta.get("content"):
+                if self._separate:
+                    delta = {**delta, "content": "\n\n" + delta["content"]}
+                    self._separate = False
+                    changed = True
+                self._text_sent = True
+            if changed:
+                d = {**d, "choices": [{**choices[0], "delta": delta}, *choices[1:]]}
+        self.sent = True
+        raw = chunk.raw if chunk.raw is not None and not changed else orjson.dumps(d)
+        return b"data: " + raw + b"\n\n"
+
+    def error(self, exc: RouterError) -> bytes:
+        self.sent = True
+        return b"data: " + exc.to_json() + b"\n\n"
+
+    @staticmethod
+    def trailer(summary: bytes) -> bytes:
+        return b": router " + summary + b"\n\n"
+
+    DONE = b"data: [DONE]\n\n"
