@@ -38,7 +38,10 @@ class Escalate(Exception):
         self.same_tier = same_tier
 
 
-_backoff = wait_exponential_jitter(initial=0.1, max=2.0, jitter=0.2)
+# Mistakes where the model meant an offered tool: pinning tool_choice to it constrains the next try.
+_REPAIRABLE = frozenset({"invalid_json", "schema_violation", "text_tool_call", "missing_tool_call"})
+
+_backoff = wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.2)
 
 
 def _wait(state: RetryCallState) -> float:
@@ -56,6 +59,9 @@ class Trace:
         self.tier = decision.tier
         self.tried: list[str] = []
         self.mistakes: list[str] = []
+        self.repaired = False
+        self._repair_tool: str | None = None
+        self._route = next((r for r in policy.routes if r.name == decision.route), None)
         loop = asyncio.get_running_loop()
         self.started = loop.time()
         self.deadline = self.started + policy.escalation.deadline
@@ -69,10 +75,16 @@ class Trace:
             reraise=True,
         )
 
-    def next_tier(self) -> str:
-        self.tier = self._stronger(self.tried[-1]) if self.tried else self.decision.tier
+    def next_attempt(self) -> tuple[str, dict[str, Any]]:
+        """The tier and body of the next attempt: routed tier, repair on the same tier, or stronger."""
+        body = self.call.body
+        if self._repair_tool is not None:
+            body = {**body, "tool_choice": {"type": "function", "function": {"name": self._repair_tool}}}
+            self._repair_tool = None
+        elif self.tried:
+            self.tier = self._stronger(self.tried[-1])
         self.tried.append(self.tier)
-        return self.tier
+        return self.tier, body
 
     @property
     def escalated(self) -> bool:
@@ -101,17 +113,26 @@ class Trace:
         found = self.router.validator.check(message, self.call.body, finish_reason=finish_reason)
         tools = [str((c.get("function") or {}).get("name", "")) for c in message.get("tool_calls") or ()]
         self._record(tier, tools, found)
-        stronger = self._stronger(tier)
-        escalate_on = self.policy.escalation.on
-        if (
-            found
-            and self.checked(tier)
-            and stronger != tier
-            and any(m.kind in escalate_on for m in found)
-            and self._may_retry()
-        ):
-            raise Escalate([m.kind for m in found], same_tier=False)
+        kinds = [m.kind for m in found]
+        if not (found and self.checked(tier) and set(kinds) & set(self.policy.escalation.on) and self._may_retry()):
+            return found
+        if (tool := self._repairable(found)) is not None:
+            self._repair_tool, self.repaired = tool, True
+            raise Escalate(kinds, same_tier=False)
+        if self._stronger(tier) != tier:
+            raise Escalate(kinds, same_tier=False)
         return found
+
+    def _repairable(self, found: Sequence[Mistake]) -> str | None:
+        """The one offered tool the answer fumbled, if the route asks to repair and has not yet."""
+        if self.repaired or self._route is None or not self._route.repair:
+            return None
+        tools = {m.tool for m in found if m.kind in _REPAIRABLE and m.tool}
+        offered = self.call.features.tool_names
+        if len(tools) != 1 or any(m.kind not in _REPAIRABLE for m in found):
+            return None
+        tool = tools.pop()
+        return tool if tool in offered else None
 
     def failed(self, tier: str, exc: UpstreamError) -> NoReturn:
         """An upstream error: record it, then escalate / retry if allowed, else give up."""
@@ -121,12 +142,26 @@ class Trace:
             raise Escalate([exc.mistake], same_tier=self._stronger(tier) == tier) from exc
         raise exc
 
-    def delivered(self, message: Mapping[str, Any]) -> None:
+    def hedge_for(self, tier: str) -> tuple[str, float] | None:
+        """(hedge tier, delay) when the route hedges this call's first attempt."""
+        hedge = self._route.hedge if self._route else None
+        if hedge is None or len(self.tried) != 1:
+            return None
+        other = hedge.tier or self._stronger(tier)
+        return (other, hedge.after) if other != tier else None
+
+    def hedging(self, tier: str) -> None:
+        self.tried.append(tier)
+
+    def won(self, tier: str) -> None:
+        self.tier = tier
+
+    def delivered(self, tier: str, message: Mapping[str, Any]) -> None:
         """Remember the tool calls the client got, to attribute errors it reports later."""
         calls = [
             RoutedCall(
                 str(c.get("id", "")),
-                self.tier,
+                tier,
                 self.route,
                 str((c.get("function") or {}).get("name", "")),
                 str((c.get("function") or {}).get("arguments", ""))[:2000],
@@ -163,5 +198,6 @@ class Trace:
                 "escalated": self.escalated,
                 "mistakes": self.mistakes,
                 "tiers": self.tried,
+                "repaired": self.repaired,
             }
         )

@@ -1,10 +1,10 @@
 """The one flow every transport shares: decide → call → validate → escalate → record.
 
-    trace = begin(call)                   agent feedback, sticky sessions, policy.decide (pure)
-    for each attempt (tenacity):          escalation.Trace picks the tier and judges the answer
-        answer = upstream[tier](call)     pooled, warm connections
-        trace.judge(answer)               validate.check → record → Escalate if warranted
-    trace.delivered(answer)               remember routed tool calls for agent-reported errors
+    trace = begin(call)                     agent feedback, sticky sessions, policy.decide (pure)
+    for each attempt (tenacity):            escalation.Trace picks tier and body (routed, repair, stronger)
+        answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks
+        trace.judge(answer)                 validate.check → record → Escalate if warranted
+    trace.delivered(answer)                 remember routed tool calls for agent-reported errors
 
 Streams run the same loop through a `Gate` that holds tool-call deltas until they are checked, so
 a mistake found before anything was sent escalates invisibly.
@@ -12,19 +12,23 @@ a mistake found before anything was sent escalates invisibly.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from router import feedback
 from router.call import Call
 from router.errors import UpstreamError
 from router.escalation import Trace
+from router.hedge import first_valid
 from router.policy.decide import Live, decide
 from router.streaming import Emitter, Gate
-from router.upstream.base import Reply
+from router.upstream.base import Chunk, Reply
 
 if TYPE_CHECKING:
     from router.app import Router
+
+T = TypeVar("T")
 
 
 async def begin(router: Router, call: Call) -> Trace:
@@ -38,41 +42,28 @@ async def complete(router: Router, call: Call) -> tuple[Trace, Reply]:
     trace = await begin(router, call)
     async for attempt in trace.attempts():
         with attempt:
-            tier = trace.next_tier()
-            try:
-                reply = await router.upstreams[tier].complete(call.body, trace.deadline)
-            except UpstreamError as exc:
-                trace.failed(tier, exc)
-            choice = _first_choice(reply.data)
-            trace.judge(tier, choice.get("message") or {}, choice.get("finish_reason"))
-    trace.delivered(_first_choice(reply.data).get("message") or {})
+            tier, body = trace.next_attempt()
+            replies = await _hedged(trace, tier, partial(_reply, router, trace, body))
+            reply = await anext(replies)
     return trace, reply
 
 
 async def stream(router: Router, call: Call) -> tuple[Trace, AsyncIterator[bytes]]:
     """Start streaming. Failures before the first byte raise here, as a plain HTTP error."""
     trace = await begin(router, call)
-    frames = _frames(router, call, trace)
+    frames = _frames(router, trace)
     first = await anext(frames)
     return trace, _prepend(first, frames)
 
 
-async def _frames(router: Router, call: Call, trace: Trace) -> AsyncIterator[bytes]:
+async def _frames(router: Router, trace: Trace) -> AsyncIterator[bytes]:
     out = Emitter()
     try:
         async for attempt in trace.attempts():
             with attempt:
-                tier = trace.next_tier()
-                gate = Gate(hold=trace.checked(tier), tools_offered=bool(call.features.tool_names))
+                tier, body = trace.next_attempt()
                 out.next_attempt()
-                try:
-                    async for chunk in router.upstreams[tier].stream(call.body, trace.deadline):
-                        for ready in gate.feed(chunk):
-                            yield out.frame(ready)
-                except UpstreamError as exc:
-                    trace.failed(tier, exc)
-                trace.judge(tier, gate.message(), gate.finish_reason)
-                for ready in gate.release():
+                async for ready in await _hedged(trace, tier, partial(_chunks, router, trace, body)):
                     yield out.frame(ready)
     except UpstreamError as exc:
         if not out.sent:
@@ -80,17 +71,56 @@ async def _frames(router: Router, call: Call, trace: Trace) -> AsyncIterator[byt
         yield out.error(exc)  # the stream already started: an SSE error frame, then the trailer
         yield out.trailer(trace.summary())
         return
-    trace.delivered(gate.message())
     yield out.trailer(trace.summary())
     yield out.DONE
+
+
+async def _reply(router: Router, trace: Trace, body: dict[str, Any], tier: str) -> AsyncIterator[Reply]:
+    """One whole answer from `tier`, judged."""
+    try:
+        reply = await router.upstreams[tier].complete(body, trace.deadline)
+    except UpstreamError as exc:
+        trace.failed(tier, exc)
+    choices = reply.data.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    message = choice.get("message") or {}
+    trace.judge(tier, message, choice.get("finish_reason"))
+    trace.delivered(tier, message)
+    yield reply
+
+
+async def _chunks(router: Router, trace: Trace, body: dict[str, Any], tier: str) -> AsyncIterator[Chunk]:
+    """`tier`'s stream through a gate: content as it comes, the rest once judged."""
+    gate = Gate(hold=trace.checked(tier), tools_offered=bool(trace.call.features.tool_names))
+    try:
+        async for chunk in router.upstreams[tier].stream(body, trace.deadline):
+            for ready in gate.feed(chunk):
+                yield ready
+    except UpstreamError as exc:
+        trace.failed(tier, exc)
+    trace.judge(tier, gate.message(), gate.finish_reason)
+    trace.delivered(tier, gate.message())
+    for ready in gate.release():
+        yield ready
+
+
+async def _hedged(trace: Trace, tier: str, attempt: Callable[[str], AsyncIterator[T]]) -> AsyncIterator[T]:
+    """`attempt(tier)`, raced against the route's hedge tier when it has one."""
+    hedge = trace.hedge_for(tier)
+    if hedge is None:
+        return attempt(tier)
+    hedge_tier, after = hedge
+
+    def start_hedge() -> AsyncIterator[T]:
+        trace.hedging(hedge_tier)
+        return attempt(hedge_tier)
+
+    hedge_won, items = await first_valid(attempt(tier), start_hedge, after)
+    trace.won(hedge_tier if hedge_won else tier)
+    return items
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     yield first
     async for frame in rest:
         yield frame
-
-
-def _first_choice(data: dict[str, Any]) -> dict[str, Any]:
-    choices = data.get("choices")
-    return choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}

@@ -119,10 +119,21 @@ class When(Strict):
         return {k.lower(): ([x] if isinstance(x, str) else x) for k, x in v.items()}
 
 
+class Hedge(Strict):
+    """Start a second tier when the routed one has produced nothing valid in time."""
+
+    after: PositiveFloat = Field(default=0.5, description="seconds to wait for the routed tier first")
+    tier: str | None = Field(default=None, description="tier to hedge with (default: the escalation tier)")
+
+
 class Route(Strict):
     name: str = Field(min_length=1)
     when: When = When()
     use: str = Field(description="tier name")
+    repair: bool = Field(
+        default=False, description="retry the same tier once with tool_choice pinned to the tool it fumbled"
+    )
+    hedge: Hedge | None = None
 
 
 DEFAULT_FAILURE_PATTERNS = (

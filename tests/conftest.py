@@ -1,0 +1,119 @@
+"""Shared fixtures: real servers on free ports, nothing mocked.
+
+    fake            a running fake upstream (router/upstream/fake.py), default config
+    start_fake_     factory: await start_fake_(FakeConfig(...)) -> FakeServer (closed after the test)
+    proxy_          factory: await proxy_(policy_yaml, **settings) -> Proxy (a real uvicorn server)
+    policy_text()   a policy with fast/full tiers pointing at given upstream URLs
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import textwrap
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from router.app import Router, create_app
+from router.settings import Settings
+from router.upstream.fake import FakeConfig, FakeServer, start_fake
+
+
+def free_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def policy_text(fast_url: str, full_url: str | None = None, *, extra: str = "", routes: str | None = None) -> str:
+    """A fast/full policy; `extra` is appended YAML (top-level keys), `routes` replaces the routes."""
+    full_url = full_url or fast_url
+    routes = routes or """
+        routes:
+          - name: simple-tool-call
+            when: {tools: {present: true, max_count: 8}, last_role: [user, tool]}
+            use: fast
+          - name: default
+            use: full
+    """
+    base = f"""
+        version: 1
+        models:
+          fast:
+            model: openai/fast-model
+            api_base: {fast_url}
+            warm_connections: 1
+            timeouts: {{connect: 2, first_token: 5, total: 20}}
+          full:
+            model: openai/full-model
+            api_base: {full_url}
+            warm_connections: 1
+            timeouts: {{connect: 2, first_token: 5, total: 20}}
+        store: memory://
+    """
+    return textwrap.dedent(base) + textwrap.dedent(routes) + textwrap.dedent(extra)
+
+
+@dataclass
+class Proxy:
+    url: str  # ends with /v1
+    base: str  # http://127.0.0.1:PORT
+    router: Router
+    policy_path: Path
+
+
+@pytest.fixture
+async def start_fake_() -> AsyncIterator[Callable[..., Awaitable[FakeServer]]]:
+    servers: list[FakeServer] = []
+
+    async def start(config: FakeConfig | None = None, **kwargs: Any) -> FakeServer:
+        server = await start_fake(config or FakeConfig(**kwargs))
+        servers.append(server)
+        return server
+
+    yield start
+    for s in servers:
+        await s.close()
+
+
+@pytest.fixture
+async def fake(start_fake_: Callable[..., Awaitable[FakeServer]]) -> FakeServer:
+    return await start_fake_()
+
+
+@pytest.fixture
+async def proxy_(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Proxy]]]:
+    running: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+
+    async def start(policy_yaml: str, **settings: Any) -> Proxy:
+        path = tmp_path / f"policy-{len(running)}.yaml"
+        path.write_text(policy_yaml)
+        settings.setdefault("reload_policy", False)
+        app = create_app(Settings(policy=path, **settings))
+        sock = free_socket()
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        running.append((server, task))
+        for _ in range(500):
+            if server.started or task.done():
+                break
+            await asyncio.sleep(0.01)
+        if task.done():
+            task.result()
+        assert server.started, "proxy did not start"
+        port = sock.getsockname()[1]
+        base = f"http://127.0.0.1:{port}"
+        return Proxy(f"{base}/v1", base, app.state.router, path)
+
+    yield start
+    for server, task in running:
+        server.should_exit = True
+    for _server, task in running:
+        await asyncio.wait_for(task, 10)
