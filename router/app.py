@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from router.adaptive import AdaptiveState
 from router.api import admin, chat, error_response
 from router.errors import NotFound, Unauthorized
 from router.metrics import Metrics
@@ -42,6 +43,7 @@ class Router:
         self.upstreams = Upstreams(warm=settings.warm_up)
         self.validator = Validator()
         self.metrics = Metrics()
+        self.adaptive = AdaptiveState(store, policy)
         self.inflight = 0
         self.ready = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -79,6 +81,7 @@ class Router:
         await self.upstreams.apply(self.policy.current)
         if self.settings.reload_policy and self.policy.path is not None:
             self.background(watch(self.policy, self.policy.path, on_change=self.apply))
+        self.background(self.adaptive.run())
         self.ready = True
 
     async def close(self) -> None:

@@ -195,6 +195,7 @@ class Trace:
             {
                 "tier": self.tier,
                 "route": self.route,
+                "reason": self.decision.reason,
                 "escalated": self.escalated,
                 "mistakes": self.mistakes,
                 "tiers": self.tried,

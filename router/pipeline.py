@@ -34,7 +34,9 @@ T = TypeVar("T")
 async def begin(router: Router, call: Call) -> Trace:
     policy = router.policy.current
     sticky = await feedback.sticky_tier(router, call, policy)
-    decision = decide(call.features, policy, Live(sticky_tier=sticky))
+    live = Live(sticky_tier=sticky, degraded=router.adaptive.degraded, diverted=router.adaptive.diverted)
+    decision = decide(call.features, policy, live)
+    router.adaptive.note(decision)
     return Trace(router, call, policy, decision)
 
 

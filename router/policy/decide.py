@@ -26,13 +26,18 @@ class Features:
     last_role: str | None = None
     stream: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
+    pinned_tool: str | None = None  # the function a named tool_choice forces
 
 
 @dataclass(frozen=True, slots=True)
 class Live:
-    """What the router knows beyond the call itself (filled by the store; empty by default)."""
+    """What the router knows beyond the call itself (filled from the store; empty by default)."""
 
     sticky_tier: str | None = None  # set while a session is sticky after an agent-reported error
+    # adaptive routing: (route, tool) → windowed mistake rate of the route's tier, when over threshold
+    degraded: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    # adaptive routing: (route, tool) → calls diverted so far (every probe_every-th one probes)
+    diverted: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,7 @@ class Decision:
     tier: str
     route: str
     reason: str
+    diverted_tool: str | None = None  # adaptive routing diverted (or probed) the call because of this tool
 
 
 def _text_len(content: Any) -> int:
@@ -59,7 +65,10 @@ def features_of(body: Mapping[str, Any], headers: Mapping[str, str]) -> Features
     messages = body.get("messages") or ()
     chars = sum(_text_len(m.get("content")) for m in messages if isinstance(m, dict))
     last = messages[-1] if messages and isinstance(messages[-1], dict) else None
+    choice = body.get("tool_choice")
+    pinned = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
     return Features(
+        pinned_tool=str(pinned) if pinned else None,
         model=str(body.get("model") or ""),
         tool_names=names,
         prompt_tokens=chars // CHARS_PER_TOKEN,
@@ -120,4 +129,24 @@ def decide(f: Features, policy: Policy, live: Live = Live()) -> Decision:
     route = first_match(policy.routes, f)
     if route is None:
         raise NotFound("No route matches this call and the policy has no catch-all route.", param="model")
+    if route.adaptive is not None and live.degraded:
+        return _adapt(route, f, policy, live)
     return Decision(route.use, route.name, f"first matching route {route.name!r}")
+
+
+def _adapt(route: Route, f: Features, policy: Policy, live: Live) -> Decision:
+    """Divert the call when a tool it may call is degraded on the route's tier; probe now and then."""
+    assert route.adaptive is not None
+    tools = (f.pinned_tool,) if f.pinned_tool else f.tool_names
+    worst = max(((live.degraded[(route.name, t)], t) for t in tools if (route.name, t) in live.degraded), default=None)
+    if worst is None:
+        return Decision(route.use, route.name, f"first matching route {route.name!r}")
+    rate, tool = worst
+    target = route.adaptive.to or (policy.escalation.chain[-1] if policy.escalation.chain else route.use)
+    if target == route.use:
+        return Decision(route.use, route.name, f"first matching route {route.name!r}")
+    if (live.diverted.get((route.name, tool), 0) + 1) % route.adaptive.probe_every == 0:
+        reason = f"probe: {route.use!r} mistake rate for {tool!r} is {rate:.2f}"
+        return Decision(route.use, f"{route.name}:probe", reason, diverted_tool=tool)
+    reason = f"adaptive: {route.use!r} mistake rate for {tool!r} is {rate:.2f} > {route.adaptive.max_mistake_rate}"
+    return Decision(target, f"{route.name}:adaptive", reason, diverted_tool=tool)

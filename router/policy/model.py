@@ -126,6 +126,16 @@ class Hedge(Strict):
     tier: str | None = Field(default=None, description="tier to hedge with (default: the escalation tier)")
 
 
+class Adaptive(Strict):
+    """Divert a tool's calls from this route's tier while that tier fumbles the tool too often."""
+
+    window: PositiveFloat = Field(default=600.0, description="seconds of history the mistake rate is read over")
+    max_mistake_rate: float = Field(default=0.25, gt=0, le=1, description="divert above this rate")
+    min_samples: int = Field(default=20, ge=1, description="answers needed before a rate counts")
+    probe_every: int = Field(default=10, ge=2, description="one of every N diverted calls probes the tier again")
+    to: str | None = Field(default=None, description="tier to divert to (default: the escalation tier)")
+
+
 class Route(Strict):
     name: str = Field(min_length=1)
     when: When = When()
@@ -134,6 +144,7 @@ class Route(Strict):
         default=False, description="retry the same tier once with tool_choice pinned to the tool it fumbled"
     )
     hedge: Hedge | None = None
+    adaptive: Adaptive | None = None
 
 
 DEFAULT_FAILURE_PATTERNS = (
@@ -188,9 +199,8 @@ class Policy(Strict):
 
     @model_validator(mode="after")
     def _references_exist(self) -> Policy:
-        problems = reference_problems(
-            self.models, self.aliases, [(r.name, r.use) for r in self.routes], self.escalation.to
-        )
+        routes = [r.model_dump(include={"name", "use", "hedge", "adaptive"}) for r in self.routes]
+        problems = reference_problems(self.models, self.aliases, routes, self.escalation.to)
         if problems:
             raise ValueError("; ".join(f"{'.'.join(map(str, loc))}: {msg}" for loc, msg in problems))
         return self
@@ -213,17 +223,22 @@ class Policy(Strict):
         return tuple(k for k in keys if k and k != "none")
 
 
+# Where a route names a tier, as key paths inside the route.
+ROUTE_TIER_REFS: tuple[tuple[str, ...], ...] = (("use",), ("hedge", "tier"), ("adaptive", "to"))
+
+
 def reference_problems(
     tiers: Iterable[str],
     aliases: Mapping[str, Any],
-    routes: Sequence[tuple[Any, Any]],
+    routes: Sequence[Any],
     escalation_to: Any,
 ) -> list[tuple[tuple[str | int, ...], str]]:
     """Every reference to a tier that does not exist, and every repeated route name, as (loc, message).
 
-    Shared by `Policy`'s validator and the loader, which runs it on the raw file when other errors
-    stop pydantic before the model validator, so that all problems are reported at once.
-    Values of the wrong type are skipped (field validation reports those).
+    `routes` are plain mappings (a route's `model_dump()`, or the raw file). Shared by `Policy`'s
+    validator and the loader, which runs it on the raw file when other errors stop pydantic before
+    the model validator, so that all problems are reported at once. Values of the wrong type are
+    skipped (field validation reports those).
     """
     names = set(tiers)
     listed = ", ".join(sorted(names))
@@ -232,9 +247,16 @@ def reference_problems(
         if isinstance(target, str) and target != "auto" and target not in names:
             problems.append((("aliases", alias), f"unknown tier {target!r} (tiers: {listed})"))
     seen: dict[str, int] = {}
-    for i, (name, use) in enumerate(routes):
-        if isinstance(use, str) and use not in names:
-            problems.append((("routes", i, "use"), f"unknown tier {use!r} (route {name!r})"))
+    for i, route in enumerate(routes):
+        if not isinstance(route, Mapping):
+            continue
+        name = route.get("name")
+        for path in ROUTE_TIER_REFS:
+            value: Any = route
+            for key in path:
+                value = value.get(key) if isinstance(value, Mapping) else None
+            if isinstance(value, str) and value not in names:
+                problems.append((("routes", i, *path), f"unknown tier {value!r} (route {name!r})"))
         if isinstance(name, str):
             if name in seen:
                 msg = f"duplicate route name {name!r} (first used by routes.{seen[name]})"
