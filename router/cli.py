@@ -129,5 +129,36 @@ def up(
     raise typer.Exit(run_local(policy=policy, port=port, fast_port=fast_port, full_port=full_port))
 
 
+UrlOpt = Annotated[str, typer.Option("--url", help="the running proxy")]
+KeyOpt = Annotated[str | None, typer.Option("--key", envvar="AGENT_ROUTER_KEY", help="client API key, if required")]
+
+
+@app.command()
+def stats(
+    url: UrlOpt = "http://127.0.0.1:8080",
+    window: Annotated[float | None, typer.Option(help="seconds (default: all time)")] = None,
+    key: KeyOpt = None,
+) -> None:
+    """Print calls, mistakes and mistake rates per tier, route and tool."""
+    from router.report import print_stats
+
+    print_stats(url, window, key)
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Option("--out", help="output directory")],
+    url: UrlOpt = "http://127.0.0.1:8080",
+    since: Annotated[float, typer.Option(help="seconds of history")] = 3600.0,
+    bucket: Annotated[int, typer.Option(help="seconds per point")] = 60,
+    key: KeyOpt = None,
+) -> None:
+    """Write an HTML page with plots: mistake rates per tier and tool, escalation rate, latency."""
+    from router.report import write_report
+
+    page = write_report(url, out, since, bucket, key)
+    typer.echo(f"report written to {page}")
+
+
 if __name__ == "__main__":
     app()

@@ -55,6 +55,22 @@ async def stats(request: Request) -> Response:
 
 
 @endpoint
+async def series(request: Request) -> Response:
+    """Counters per time bucket since `since` (unix seconds), for plots: rows of
+    [bucket start, tier, route, tool, kind, count]."""
+    router = router_of(request)
+    router.authorize(request)
+    try:
+        since = float(request.query_params.get("since") or time.time() - 3600)
+        bucket = int(request.query_params.get("bucket") or 60)
+    except ValueError:
+        raise BadRequest("'since' and 'bucket' must be numbers.", param="since") from None
+    if not 1 <= bucket <= 86400:
+        raise BadRequest("'bucket' must be between 1 and 86400 seconds.", param="bucket")
+    return _json({"rows": await router.store.series(since, max(bucket, 60))})
+
+
+@endpoint
 async def metrics(request: Request) -> Response:
     return Response(router_of(request).metrics.render(), media_type="text/plain; version=0.0.4")
 
@@ -63,5 +79,6 @@ routes = [
     Route("/healthz", healthz, methods=["GET"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/v1/router/stats", stats, methods=["GET"]),
+    Route("/v1/router/series", series, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
 ]

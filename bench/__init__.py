@@ -1,0 +1,1 @@
+"""Benchmarks: side-by-side measurements, results committed under bench/results/."""

@@ -1,0 +1,437 @@
+"""Tool-call checks on an OpenAI chat-completions answer, against the request that produced it.
+
+The pipeline holds ONE `Validator` for the life of the app (created in the lifespan next to the
+upstream clients) and calls `validator.check(message, request, checks, finish_reason=...)` on every
+fast-tier answer. The validator owns two small LRU caches: compiled JSON Schemas (keyed by the
+schema's canonical JSON bytes) and compiled text rules (keyed by the offered tool names and the
+announce patterns). The module-level `check()` is a convenience for one-off use and tests; without
+a `validator=` argument it builds a throw-away `Validator`, so nothing is cached between calls.
+
+Judgement calls (see also the tests):
+- `arguments` must be a JSON *string* holding an object. An empty/whitespace or absent string counts
+  as `{}` only when the schema has no top-level `required`; otherwise it is `invalid_json`. The text
+  `null`, an array, or a dict instead of a string (non-conforming upstream) is `invalid_json`:
+  agents `json.loads()` the string and expect an object.
+- A schema that cannot be compiled (not a schema, fails its meta-schema, unknown `$ref`, recursion)
+  means "cannot check": the call is not flagged. Remote `$ref`s are never fetched.
+- `tool_choice: "none"` offers no tool: any call is `unknown_tool`; text is never inspected.
+- One root cause, one mistake: an empty answer is only `empty_response`; a call leaked into text is
+  only `text_tool_call` (it also satisfies `tool_choice` when it names the required tool); an
+  announced-but-not-made call is checked only when nothing else was found.
+- `finish_reason="tool_calls"` with text and no calls is `missing_tool_call`; `"length"` is noted in
+  the detail of `invalid_json` / `empty_response`.
+- A `refusal` with no content is not an empty response.
+- Tool definitions may be chat-style `{"type":"function","function":{...}}`, Responses-style
+  (flat `name`/`parameters`) or Anthropic-style (`input_schema`); `custom` tools take free text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from jsonschema.protocols import Validator as _SchemaValidator
+from jsonschema.validators import validator_for
+from referencing import Registry
+
+INVALID_JSON: Final = "invalid_json"
+UNKNOWN_TOOL: Final = "unknown_tool"
+SCHEMA_VIOLATION: Final = "schema_violation"
+MISSING_TOOL_CALL: Final = "missing_tool_call"
+TEXT_TOOL_CALL: Final = "text_tool_call"
+EMPTY_RESPONSE: Final = "empty_response"
+KINDS: Final = (
+    INVALID_JSON,
+    UNKNOWN_TOOL,
+    SCHEMA_VIOLATION,
+    MISSING_TOOL_CALL,
+    TEXT_TOOL_CALL,
+    EMPTY_RESPONSE,
+)
+
+_DETAIL_MAX: Final = 120
+_TOOL_PLACEHOLDER: Final = "<tool>"
+# Forward-looking announcements only ("After calling X, I found ..." must not match).
+_DEFAULT_ANNOUNCE: Final = (
+    r"\b(?:I['\u2019]ll|I will|I['\u2019]m going to|I am going to|I need to|I should|let me|let['\u2019]s)"
+    r"\s+(?:now\s+|first\s+|just\s+)?(?:call|use|invoke|run|execute|query|try)\b[^.!?\n]{0,40}?<tool>",
+    r"(?:^|[.!?:]\s+)(?:now\s+|next\s+)?(?:calling|invoking)\s+(?:the\s+)?[`'\"]?<tool>",
+)
+_ARG_KEYS: Final = ("arguments", "parameters", "args", "input")
+_NAME_KEYS: Final = ("name", "function", "tool", "tool_name")
+_JSON_SCAN_LIMIT: Final = 64  # '{' positions tried per answer, bounds the cost on brace-heavy code
+_FREEFORM: Final = object()  # a custom tool: free-text input, nothing to parse
+_MISS: Final = object()
+_DECODER: Final = json.JSONDecoder()
+
+
+@dataclass(frozen=True, slots=True)
+class Mistake:
+    """One defect found in an answer. `kind` is one of `KINDS`."""
+
+    kind: str
+    tool: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Checks:
+    """Options (from the policy). `<tool>` in a pattern stands for any offered tool name."""
+
+    announced_call_patterns: tuple[str, ...] = _DEFAULT_ANNOUNCE
+    detect_text_tool_calls: bool = True
+    detect_announced_calls: bool = True
+
+    def __post_init__(self) -> None:
+        for pattern in self.announced_call_patterns:  # a bad policy fails at load, not per call
+            try:
+                re.compile(pattern.replace(_TOOL_PLACEHOLDER, "(?P<tool>x)"))
+            except re.error as exc:
+                raise ValueError(f"announced_call_patterns: bad regex {pattern!r}: {exc}") from exc
+
+
+DEFAULT_CHECKS: Final = Checks()
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """Regexes for one set of offered tool names, compiled once."""
+
+    canonical: dict[str, str]  # lower-cased name -> name as offered
+    quoted: re.Pattern[str]  # "name" anywhere: cheap gate before JSON scanning
+    pythonic: re.Pattern[str]  # name(...) as the whole answer, or in a ```tool_code fence
+    announce: tuple[tuple[re.Pattern[str], bool], ...]  # (pattern, mentions <tool>)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
+
+
+def _content_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):  # content parts
+        return "".join(
+            str(part.get("text") or "")
+            for part in content
+            if isinstance(part, Mapping) and part.get("type") in ("text", "output_text")
+        )
+    return ""
+
+
+def _tool_index(tools: Any) -> dict[str, Any]:
+    """name -> parameters schema (None: no schema) or `_FREEFORM`."""
+    index: dict[str, Any] = {}
+    if not isinstance(tools, Sequence) or isinstance(tools, str):
+        return index
+    for tool in tools:
+        if not isinstance(tool, Mapping):
+            continue
+        kind = tool.get("type", "function")
+        spec = tool.get(kind) if isinstance(kind, str) else None
+        if not isinstance(spec, Mapping):
+            spec = tool  # Responses / Anthropic: flat definition
+        name = spec.get("name")
+        if isinstance(name, str) and name:
+            if kind == "custom":
+                index[name] = _FREEFORM
+            else:
+                index[name] = spec.get("parameters", spec.get("input_schema"))
+    return index
+
+
+def _tool_choice(choice: Any) -> tuple[bool, bool, str]:
+    """(no tools allowed, a call is required, the named tool or "")."""
+    if isinstance(choice, str):
+        return choice == "none", choice in ("required", "any"), ""
+    if isinstance(choice, Mapping):
+        kind = choice.get("type")
+        if kind in ("function", "tool", "custom"):
+            spec = choice.get(kind)
+            name = (spec if isinstance(spec, Mapping) else choice).get("name")
+            return False, True, name if isinstance(name, str) else ""
+        if kind == "allowed_tools":  # restricting the set is not checked; only its mode
+            inner = choice.get("allowed_tools")
+            mode = choice.get("mode") or (inner.get("mode") if isinstance(inner, Mapping) else None)
+            return False, mode == "required", ""
+        return kind == "none", kind == "any", ""
+    return False, False, ""
+
+
+def _leaked_names(obj: Any, names: Mapping[str, Any], out: list[str], depth: int = 0) -> None:
+    """Collect the offered tools that a decoded JSON value calls, in any common call shape."""
+    if depth > 3:
+        return
+    if isinstance(obj, list):
+        for item in obj[:16]:
+            _leaked_names(item, names, out, depth + 1)
+        return
+    if not isinstance(obj, dict):
+        return
+    calls = obj.get("tool_calls")
+    if isinstance(calls, list):
+        _leaked_names(calls, names, out, depth + 1)
+    fn = obj.get("function")
+    if isinstance(fn, dict):
+        _leaked_names(fn, names, out, depth + 1)
+    if any(key in obj for key in _ARG_KEYS):
+        for key in _NAME_KEYS:
+            value = obj.get(key)
+            if isinstance(value, str) and value in names:
+                out.append(value)
+                return
+
+
+def _json_text_calls(text: str, names: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    start = text.find("{")
+    tries = 0
+    while start != -1 and tries < _JSON_SCAN_LIMIT:
+        tries += 1
+        try:
+            value, end = _DECODER.raw_decode(text, start)
+        except ValueError:
+            start = text.find("{", start + 1)
+            continue
+        _leaked_names(value, names, out)
+        start = text.find("{", end)
+    return out
+
+
+class Validator:
+    """Checks answers; owns the compiled-schema and text-rule caches. Hold one per app."""
+
+    __slots__ = ("_max_rules", "_max_schemas", "_rules", "_schemas", "compiled", "hits")
+
+    def __init__(self, *, max_schemas: int = 512, max_rules: int = 64) -> None:
+        self._max_schemas = max_schemas
+        self._max_rules = max_rules
+        self._schemas: OrderedDict[bytes, _SchemaValidator | None] = OrderedDict()
+        self._rules: OrderedDict[tuple[frozenset[str], tuple[str, ...]], _Rules] = OrderedDict()
+        self.compiled = 0  # schema compilations (cache misses), including schemas found invalid
+        self.hits = 0  # schema cache hits
+
+    @property
+    def cached_schemas(self) -> int:
+        return len(self._schemas)
+
+    def check(
+        self,
+        message: Mapping[str, Any],
+        request: Mapping[str, Any],
+        checks: Checks = DEFAULT_CHECKS,
+        *,
+        finish_reason: str | None = None,
+    ) -> list[Mistake]:
+        """Every mistake in `message` (the assistant message) against `request` (the chat body)."""
+        mistakes: list[Mistake] = []
+        tools = _tool_index(request.get("tools"))
+        no_tools, required, named = _tool_choice(request.get("tool_choice"))
+        calls = message.get("tool_calls")
+        if calls:
+            if not isinstance(calls, list):
+                return [Mistake(UNKNOWN_TOOL, "", "malformed tool_calls (not a list)")]
+            called: set[str] = set()
+            for call in calls:
+                self._check_call(call, {} if no_tools else tools, finish_reason, mistakes, called)
+            if no_tools and mistakes:
+                mistakes = [Mistake(m.kind, m.tool, "tool_choice is none") for m in mistakes]
+            if named and named not in called:
+                detail = f"tool_choice names {named}; called {', '.join(sorted(called)) or 'no offered tool'}"
+                mistakes.append(Mistake(MISSING_TOOL_CALL, named, _short(detail)))
+            return mistakes
+
+        text = _content_text(message)
+        if not text.strip():
+            if not message.get("refusal"):
+                suffix = f" (finish_reason={finish_reason})" if finish_reason else ""
+                mistakes.append(Mistake(EMPTY_RESPONSE, "", "no content and no tool calls" + suffix))
+            return mistakes
+        if not tools or no_tools:
+            return mistakes
+
+        rules = self._text_rules(tools, checks)
+        lowered = text.lower()  # gate: every named rule needs an offered name somewhere in the text
+        mentioned = any(name in lowered for name in rules.canonical)
+        leaked: list[str] = []
+        if checks.detect_text_tool_calls and mentioned:
+            if rules.quoted.search(text):
+                leaked = list(dict.fromkeys(_json_text_calls(text, tools)))
+            if not leaked and "(" in text and (m := rules.pythonic.search(text)):
+                leaked = [rules.canonical.get(m.group("tool").lower(), m.group("tool"))]
+            for name in leaked:
+                mistakes.append(Mistake(TEXT_TOOL_CALL, name, "tool call written as text content"))
+        if required:
+            if not leaked or (named and named not in leaked):
+                why = f"tool_choice names {named}" if named else "tool_choice is required"
+                mistakes.append(Mistake(MISSING_TOOL_CALL, named, why + " but no tool call was made"))
+        elif not leaked:
+            if checks.detect_announced_calls:
+                for pattern, needs_name in rules.announce:
+                    if (mentioned or not needs_name) and (m := pattern.search(text)):
+                        tool = m.groupdict().get("tool") or ""
+                        tool = rules.canonical.get(tool.lower(), tool)
+                        detail = f"text announces a call but none was made: {m.group(0)!r}"
+                        mistakes.append(Mistake(MISSING_TOOL_CALL, tool, _short(detail)))
+                        return mistakes
+            if finish_reason == "tool_calls":
+                mistakes.append(
+                    Mistake(MISSING_TOOL_CALL, "", "finish_reason is tool_calls but no tool_calls")
+                )
+        return mistakes
+
+    def _check_call(
+        self,
+        call: Any,
+        tools: Mapping[str, Any],
+        finish_reason: str | None,
+        mistakes: list[Mistake],
+        called: set[str],
+    ) -> None:
+        if not isinstance(call, Mapping):
+            mistakes.append(Mistake(UNKNOWN_TOOL, "", "malformed tool call"))
+            return
+        kind = call.get("type") or "function"
+        spec = call.get(kind) if isinstance(kind, str) else None
+        name = spec.get("name") if isinstance(spec, Mapping) else None
+        if not isinstance(name, str) or not name:
+            mistakes.append(Mistake(UNKNOWN_TOOL, "", "tool call without a function name"))
+            return
+        if name not in tools:
+            mistakes.append(Mistake(UNKNOWN_TOOL, name, _short(f"{name!r} is not among the request's tools")))
+            return
+        called.add(name)  # the tool was called; a bad call is its own mistake, not a missing one
+        schema = tools[name]
+        if schema is _FREEFORM or kind == "custom":
+            return
+        args = spec.get("arguments") if isinstance(spec, Mapping) else None
+        truncated = " (finish_reason=length)" if finish_reason == "length" else ""
+        if args is None or (isinstance(args, str) and not args.strip()):
+            if isinstance(schema, Mapping) and schema.get("required"):
+                required = ", ".join(map(str, schema["required"]))
+                detail = f"empty arguments; required: {required}{truncated}"
+                mistakes.append(Mistake(INVALID_JSON, name, _short(detail)))
+                return
+            parsed: Any = {}
+        elif isinstance(args, str):
+            try:
+                parsed = orjson.loads(args)
+            except orjson.JSONDecodeError as exc:
+                mistakes.append(
+                    Mistake(INVALID_JSON, name, _short(f"arguments are not JSON: {exc}{truncated}"))
+                )
+                return
+        else:
+            detail = f"arguments must be a JSON string, got {type(args).__name__}"
+            mistakes.append(Mistake(INVALID_JSON, name, detail))
+            return
+        if not isinstance(parsed, dict):
+            detail = f"arguments are JSON {type(parsed).__name__}, not an object{truncated}"
+            mistakes.append(Mistake(INVALID_JSON, name, _short(detail)))
+            return
+        if schema is None:
+            return
+        validator = self._schema_validator(schema)
+        if validator is None:
+            return
+        try:
+            if validator.is_valid(parsed):
+                return
+            error = best_match(validator.iter_errors(parsed))
+        except Exception:  # unresolvable $ref, recursion...: cannot check
+            return
+        if error is None:
+            return
+        where = "/".join(map(str, error.absolute_path))
+        detail = f"{where}: {error.message}" if where else error.message
+        mistakes.append(Mistake(SCHEMA_VIOLATION, name, _short(detail)))
+
+    def _schema_validator(self, schema: Any) -> _SchemaValidator | None:
+        try:
+            key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        except (orjson.JSONEncodeError, TypeError):
+            return None  # not JSON (cannot come from a parsed body): cannot check
+        cached = self._schemas.get(key, _MISS)
+        if cached is not _MISS:
+            self.hits += 1
+            self._schemas.move_to_end(key)
+            return cached
+        self.compiled += 1
+        validator = _compile(orjson.loads(key))  # a private copy: the request may be mutated later
+        self._schemas[key] = validator
+        if len(self._schemas) > self._max_schemas:
+            self._schemas.popitem(last=False)
+        return validator
+
+    def _text_rules(self, tools: Mapping[str, Any], checks: Checks) -> _Rules:
+        key = (frozenset(tools), checks.announced_call_patterns)
+        rules = self._rules.get(key)
+        if rules is not None:
+            self._rules.move_to_end(key)
+            return rules
+        rules = _build_rules(key[0], checks.announced_call_patterns)
+        self._rules[key] = rules
+        if len(self._rules) > self._max_rules:
+            self._rules.popitem(last=False)
+        return rules
+
+
+def _compile(schema: Any) -> _SchemaValidator | None:
+    if not isinstance(schema, (dict, bool)):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # unknown $schema: falls back to the default, quietly
+            cls = validator_for(schema, default=Draft202012Validator)
+            cls.check_schema(schema)
+            # An empty registry: `$ref`s resolve inside the schema only, nothing is fetched.
+            validator: _SchemaValidator = cls(schema, registry=Registry())
+        return validator
+    except Exception:  # SchemaError, unhashable $schema, ...: a client's bad schema is not our crash
+        return None
+
+
+def _build_rules(names: frozenset[str], patterns: tuple[str, ...]) -> _Rules:
+    alternation = "|".join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
+    tool = rf"(?<![\w.-])(?P<tool>{alternation})(?![\w-])"
+    return _Rules(
+        canonical={n.lower(): n for n in names},
+        quoted=re.compile(rf'"(?:{alternation})"'),
+        pythonic=re.compile(_pythonic_pattern(tool), re.S),
+        announce=tuple(
+            (re.compile(p.replace(_TOOL_PLACEHOLDER, tool), re.I | re.M), _TOOL_PLACEHOLDER in p)
+            for p in patterns
+        ),
+    )
+
+
+def _pythonic_pattern(tool: str) -> str:
+    # `name(...)` as the whole answer (optionally in [...]), or opening a ```tool_code fence (Gemma).
+    # Python forbids a group name twice, so both alternatives share the one `tool` group.
+    return (
+        r"(?:\A\s*\[?\s*(?=.*\)\s*\]?\s*\Z)"
+        r"|```[ \t]*(?:tool_code|tool_call|function_call)[ \t]*\n\s*(?:print\(\s*)?)"
+        rf"{tool}\s*\("
+    )
+
+
+def check(
+    message: Mapping[str, Any],
+    request: Mapping[str, Any],
+    checks: Checks = DEFAULT_CHECKS,
+    *,
+    finish_reason: str | None = None,
+    validator: Validator | None = None,
+) -> list[Mistake]:
+    """Convenience: `validator.check(...)`; without `validator`, a throw-away one (no caching)."""
+    return (validator or Validator()).check(message, request, checks, finish_reason=finish_reason)
