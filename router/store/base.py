@@ -1,6 +1,6 @@
 """What the router remembers: counters of answers and mistakes, and per-session state.
 
-Counters are events aggregated into time buckets, keyed tier × route × tool × kind:
+Counters are events aggregated into time buckets, keyed (tier, route, tool, kind):
 
 * an answer from a tier is `Event(tier, route)` (tool "", kind ""), plus one
   `Event(tier, route, tool=name)` per tool it called;
@@ -42,9 +42,11 @@ def bucket_key(ev: Event) -> BucketKey:
 
 
 def rebucket(rows: Iterable[tuple[int, str, str, str, str, int]], bucket: int) -> list[SeriesRow]:
-    """Stored (bucket, tier, route, tool, kind, n) rows → `series()` rows at `bucket` granularity."""
-    if bucket <= 0 or bucket % BUCKET_SECONDS:
-        raise ValueError(f"series bucket must be a positive multiple of {BUCKET_SECONDS} s, got {bucket}")
+    """Stored (bucket, tier, route, tool, kind, n) rows → `series()` rows at `bucket` granularity,
+    rounded down to a multiple of BUCKET_SECONDS (at least one bucket)."""
+    if bucket <= 0:
+        raise ValueError(f"series bucket must be > 0 seconds, got {bucket}")
+    bucket = max(BUCKET_SECONDS, bucket - bucket % BUCKET_SECONDS)
     out: dict[tuple[int, str, str, str, str], int] = {}
     for b, tier, route, tool, kind, n in rows:
         k = (bucket_of(b, bucket), tier, route, tool, kind)
@@ -144,7 +146,7 @@ class Store(Protocol):
         """Flush what is queued, then release connections."""
 
     def record(self, events: Sequence[Event]) -> None:
-        """Queue events; never blocks, never raises."""
+        """Queue events; never blocks, never raises. Call it on the event loop's thread."""
 
     async def flush(self) -> None:
         """Write everything queued so far (tests and shutdown)."""
@@ -156,7 +158,8 @@ class Store(Protocol):
 
     async def series(self, since: float, bucket: int = BUCKET_SECONDS) -> list[SeriesRow]:
         """(bucket start, tier, route, tool, kind, count) rows from `since` on, oldest first, for
-        plots of rates over time; `bucket` is a multiple of BUCKET_SECONDS. Empty when unreachable."""
+        plots of rates over time; `bucket` is rounded down to a multiple of BUCKET_SECONDS (min one).
+        Empty when the backend is unreachable."""
 
     async def sticky_set(self, session: str, tier: str, calls: int) -> None: ...
 

@@ -1,0 +1,344 @@
+"""Redis store (`redis://` / `rediss://`): counters and sessions shared by every replica.
+
+Keys (all under `prefix`):
+  c:all            hash  field=json [tier, route, tool, kind] → all-time count
+  c:<bucket>       hash  same fields, one per minute bucket, expiring `retention` after the bucket
+  c:buckets        zset  bucket starts that have a hash (for windowed stats and series)
+  b:<batch id>     string marker of an applied batch (see below)
+  s:<session>      hash  sticky tier + calls left;  r:<session> hash call_id → json,
+  rl:<session>     list  call ids oldest first (bounds r:<session>); all expire after session_ttl
+
+Counter batches are applied by one Lua script: atomic (all or nothing) like MULTI/EXEC, and
+idempotent — the script records the batch id and skips a batch it has already applied. A batch
+is kept and retried unchanged until a write is acknowledged, so a reply lost after the server
+applied it (timeout, connection reset, server killed and restarted from its AOF) is neither lost
+nor counted twice: exactly once, where MULTI/EXEC + retry would give at-least-once.
+
+The client uses short socket timeouts and one immediate retry (a pooled connection can be stale
+after a Redis restart). While Redis is down, calls keep being served: counters wait in the
+bounded local buffer and session calls answer None at once until the next probe succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, cast
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from router.store.base import (
+    BUCKET_SECONDS,
+    CounterKey,
+    RoutedCall,
+    SeriesRow,
+    StoreOptions,
+    aggregate,
+    bucket_of,
+    rebucket,
+    window_start,
+)
+from router.store.buffer import Batch, BufferedStore
+
+log = logging.getLogger("router.store")
+T = TypeVar("T")
+MARKER_TTL = 24 * 3600  # s; a marker only has to outlive the retries of its own batch
+
+# KEYS: marker, previous marker, c:all, c:buckets, then one c:<bucket> per bucket.
+# ARGV: marker ttl, oldest bucket kept, bucket lifetime (s), drop previous marker (0/1),
+#       then per bucket: start, field count, field, n, field, n, ...
+APPLY_BATCH = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local oldest, retention = tonumber(ARGV[2]), tonumber(ARGV[3])
+if ARGV[4] == '1' then redis.call('DEL', KEYS[2]) end
+local a, k = 5, 5
+while a <= #ARGV do
+  local start, nf = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local keep = start >= oldest
+  for i = a + 2, a + 2 * nf, 2 do
+    redis.call('HINCRBY', KEYS[3], ARGV[i], ARGV[i + 1])
+    if keep then redis.call('HINCRBY', KEYS[k], ARGV[i], ARGV[i + 1]) end
+  end
+  if keep then
+    redis.call('EXPIREAT', KEYS[k], start + retention)
+    redis.call('ZADD', KEYS[4], start, ARGV[a])
+  end
+  a, k = a + 2 + 2 * nf, k + 1
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[2])
+redis.call('SET', KEYS[1], '1', 'EX', ARGV[1])
+return 1
+"""
+# KEYS: s:<session>. Returns the tier and uses up one call, or nil.
+STICKY_TAKE = """
+local v = redis.call('HMGET', KEYS[1], 'tier', 'left')
+if not v[1] then return false end
+local left = tonumber(v[2]) or 0
+if left <= 1 then redis.call('DEL', KEYS[1]) else redis.call('HINCRBY', KEYS[1], 'left', -1) end
+if left < 1 then return false end
+return v[1]
+"""
+# KEYS: r:<session>, rl:<session>. ARGV: max kept, ttl ms, then call_id, json, call_id, json, ...
+ROUTED_PUT = """
+local max = tonumber(ARGV[1])
+for i = 3, #ARGV, 2 do
+  if redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) == 0 then redis.call('LREM', KEYS[2], 0, ARGV[i]) end
+  redis.call('RPUSH', KEYS[2], ARGV[i])
+end
+local extra = redis.call('LLEN', KEYS[2]) - max
+if extra > 0 then
+  local old = redis.call('LRANGE', KEYS[2], 0, extra - 1)
+  redis.call('LTRIM', KEYS[2], extra, -1)
+  for i = 1, #old, 1000 do redis.call('HDEL', KEYS[1], unpack(old, i, math.min(i + 999, #old))) end
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+"""
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password (userinfo or `?password=`) replaced by ***; safe to log."""
+    try:
+        parts = urlsplit(url)
+        netloc, query = parts.netloc, parts.query
+        if parts.password is not None:
+            port = f":{parts.port}" if parts.port else ""
+            netloc = f"{parts.username or ''}:***@{parts.hostname or ''}{port}"
+        if "password" in query.lower():
+            query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in parse_qsl(query)])
+        return parts._replace(netloc=netloc, query=query).geturl()
+    except ValueError:
+        return f"{url.split(':', 1)[0][:20]}://<unparseable URL hidden>"
+
+
+def _secrets(url: str) -> list[str]:
+    """Password strings (as written and percent-decoded) to scrub from any text we log."""
+    try:
+        parts = urlsplit(url)
+        found = [parts.password or ""]
+        found += [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
+    except ValueError:
+        return []
+    return sorted({x for s in found if s for x in (s, unquote(s))}, key=len, reverse=True)
+
+
+def _field(key: CounterKey) -> str:
+    return json.dumps(key, separators=(",", ":"))
+
+
+def _unfield(field: str) -> CounterKey:
+    tier, route, tool, kind = json.loads(field)
+    return (tier, route, tool, kind)
+
+
+class RedisStore(BufferedStore):
+    backend = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        prefix: str = "agent-router:",
+        options: StoreOptions | None = None,
+        *,
+        socket_timeout: float = 0.5,
+        connect_timeout: float = 0.25,
+        op_timeout: float = 0.75,
+        max_connections: int = 128,
+        read_timeout: float = 5.0,
+    ) -> None:
+        super().__init__(options)
+        self.url = redact_url(url)
+        self.prefix = prefix
+        self.op_timeout = op_timeout  # hard ceiling for one session call, whatever the client does
+        self.deduplicated = 0  # batches found already applied on retry (a reply had been lost)
+        self.busy = 0  # session calls given up because every pooled connection was in use
+        self.read_timeout = read_timeout  # stats() and series(): admin reads, replies may be large
+        self._secrets = _secrets(url)
+        try:
+            # One immediate retry on connection errors only (a pooled connection may be stale
+            # after a Redis restart); never on timeouts, which would double every stall.
+            common: dict[str, Any] = {
+                "decode_responses": True,
+                "socket_connect_timeout": connect_timeout,
+                "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+                "health_check_interval": 0,
+            }
+            pool = BlockingConnectionPool.from_url(
+                url,
+                socket_timeout=socket_timeout,
+                max_connections=max_connections,
+                timeout=op_timeout / 2,  # waiting for a free pooled connection
+                **common,
+            )
+            # redis-py's socket_timeout bounds reading a whole reply, and parsing a big HGETALL
+            # in pure Python can take longer than a request-path budget: reads get their own pool.
+            readers = BlockingConnectionPool.from_url(
+                url,
+                socket_timeout=read_timeout,
+                max_connections=4,
+                timeout=read_timeout,
+                **common,
+            )
+        except (ValueError, TypeError):
+            raise ValueError(f"invalid Redis store URL {self.url}") from None
+        self._redis = Redis.from_pool(pool)  # owns the pool: aclose() disconnects it
+        self._reader = Redis.from_pool(readers)
+        self._apply = self._redis.register_script(APPLY_BATCH)
+        self._take = self._redis.register_script(STICKY_TAKE)
+        self._put = self._redis.register_script(ROUTED_PUT)
+        self._last_marker = ""
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self.url!r}, prefix={self.prefix!r})"
+
+    def store_info(self) -> dict[str, Any]:
+        return {**super().store_info(), "deduplicated": self.deduplicated, "busy": self.busy}
+
+    def _describe(self, exc: BaseException) -> str:
+        text = f"{type(exc).__name__}: {exc}"
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    async def _call(self, what: str, fn: Callable[[], Awaitable[T]], limit: float | None = None) -> T | None:
+        """One Redis call: skipped while Redis is known down, bounded in time (`op_timeout`
+        unless `limit` is given), None (and a WARNING without secrets) on failure."""
+        if not self._session_ok():
+            return None
+        try:
+            async with asyncio.timeout(self.op_timeout if limit is None else limit):
+                return await fn()
+        except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError) as exc:
+            if isinstance(exc.__cause__, TimeoutError) and isinstance(exc, RedisConnectionError):
+                self.busy += 1  # the pool's wait for a free connection timed out: overload, not outage
+            else:
+                self._mark_down(exc, what)
+        except RedisError as exc:
+            log.warning("redis store %s failed: %s", what, self._describe(exc))
+        return None
+
+    # -- BufferedStore hooks ----------------------------------------------------------------
+
+    async def _open(self) -> None:
+        await self._redis.ping()
+
+    async def _probe(self) -> None:
+        await self._redis.ping()
+
+    async def _write(self, batch: Batch) -> None:
+        by_bucket: dict[int, list[str]] = {}
+        for (bucket, *key), n in batch.counts.items():
+            args = by_bucket.setdefault(bucket, [])
+            args += [_field((key[0], key[1], key[2], key[3])), str(n)]
+        p = self.prefix
+        marker = f"{p}b:{batch.id}"
+        keys = [marker, self._last_marker or marker, f"{p}c:all", f"{p}c:buckets"]
+        argv: list[str | int] = [
+            MARKER_TTL,
+            bucket_of(time.time() - self.options.retention),
+            int(self.options.retention) + BUCKET_SECONDS,
+            1 if self._last_marker else 0,
+        ]
+        for bucket, fields in sorted(by_bucket.items()):
+            keys.append(f"{p}c:{bucket}")
+            argv += [bucket, len(fields) // 2, *fields]
+        applied = await self._apply(keys=keys, args=argv)
+        if not applied:
+            self.deduplicated += 1
+            log.info("redis store: batch %s was already applied; not counted again", batch.id)
+        self._last_marker = marker
+
+    async def _release(self) -> None:
+        try:
+            await self._redis.aclose()
+        finally:
+            await self._reader.aclose()
+
+    # -- counters ---------------------------------------------------------------------------
+
+    async def _bucket_rows(self, first: int) -> list[tuple[int, str, str, str, str, int]]:
+        # decode_responses=True: every reply below is str
+        buckets = cast(list[str], await self._reader.zrangebyscore(f"{self.prefix}c:buckets", first, "+inf"))
+        pipe = self._reader.pipeline(transaction=False)
+        for b in buckets:
+            pipe.hgetall(f"{self.prefix}c:{b}")
+        rows: list[tuple[int, str, str, str, str, int]] = []
+        replies = cast(list[dict[str, str]], await pipe.execute() if buckets else [])
+        for b, fields in zip(buckets, replies, strict=True):
+            rows += [(int(b), *_unfield(f), int(n)) for f, n in fields.items()]
+        return rows
+
+    async def stats(self, window_seconds: float | None = None) -> dict[str, Any]:
+        async def read() -> list[tuple[str, str, str, str, int]]:
+            if window_seconds is None:
+                fields = cast(dict[str, str], await self._reader.hgetall(f"{self.prefix}c:all"))
+                return [(*_unfield(f), int(n)) for f, n in fields.items()]
+            totals: dict[CounterKey, int] = {}
+            for _, *key, n in await self._bucket_rows(window_start(window_seconds)):
+                k = (key[0], key[1], key[2], key[3])
+                totals[k] = totals.get(k, 0) + n
+            return [(*k, n) for k, n in totals.items()]
+
+        rows = await self._call("stats", read, self.read_timeout)
+        return {**aggregate(rows or []), "store": self.store_info()}
+
+    async def series(self, since: float, bucket: int = BUCKET_SECONDS) -> list[SeriesRow]:
+        rebucket([], bucket)  # validate before any I/O
+        rows = await self._call("series", lambda: self._bucket_rows(bucket_of(since)), self.read_timeout)
+        return rebucket(rows or [], bucket)
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def _ttl_ms(self) -> int:
+        return max(1, int(self.options.session_ttl * 1000))
+
+    async def sticky_set(self, session: str, tier: str, calls: int) -> None:
+        key = f"{self.prefix}s:{session}"
+
+        async def put() -> None:
+            if calls <= 0:
+                await self._redis.delete(key)
+                return
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hset(key, mapping={"tier": tier, "left": calls})
+            pipe.pexpire(key, self._ttl_ms())
+            await pipe.execute()
+
+        await self._call("sticky_set", put)
+
+    async def sticky_take(self, session: str) -> str | None:
+        async def take() -> str | None:
+            tier = await self._take(keys=[f"{self.prefix}s:{session}"])
+            return None if tier is None else str(tier)
+
+        return await self._call("sticky_take", take)
+
+    async def routed_put(self, session: str, calls: Sequence[RoutedCall]) -> None:
+        keep = self.options.max_routed_per_session
+        if not calls:
+            return
+        argv: list[str | int] = [keep, self._ttl_ms()]
+        for c in calls[-keep:]:
+            argv += [c.call_id, json.dumps([c.tier, c.route, c.tool, c.arguments])]
+        keys = [f"{self.prefix}r:{session}", f"{self.prefix}rl:{session}"]
+        await self._call("routed_put", lambda: self._put(keys=keys, args=argv))
+
+    async def routed_get(self, session: str, call_id: str) -> RoutedCall | None:
+        async def get() -> RoutedCall | None:
+            raw = await self._redis.hget(f"{self.prefix}r:{session}", call_id)
+            if raw is None:
+                return None
+            tier, route, tool, arguments = json.loads(raw)
+            return RoutedCall(call_id, tier, route, tool, arguments)
+
+        return await self._call("routed_get", get)
