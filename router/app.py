@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hmac
 import logging
 from collections.abc import AsyncIterator, Coroutine
@@ -23,7 +24,7 @@ from starlette.routing import Route
 
 from router.adaptive import AdaptiveState
 from router.api import admin, chat, error_response
-from router.errors import NotFound, Unauthorized
+from router.errors import Unauthorized, UnknownPath
 from router.metrics import Metrics
 from router.policy.model import Policy
 from router.policy.watch import PolicyHolder, watch
@@ -82,6 +83,7 @@ class Router:
         if self.settings.reload_policy and self.policy.path is not None:
             self.background(watch(self.policy, self.policy.path, on_change=self.apply))
         self.background(self.adaptive.run())
+        gc.freeze()  # start-up objects (policy, pools, imports) leave the collector's scans: shorter pauses
         self.ready = True
 
     async def close(self) -> None:
@@ -96,7 +98,7 @@ class Router:
 async def _http_error(request: Request, exc: Exception) -> Response:
     """Unknown paths and methods, in the OpenAI error shape."""
     assert isinstance(exc, HTTPException)
-    err = NotFound(f"{request.method} {request.url.path}: {exc.detail}", status=exc.status_code)
+    err = UnknownPath(f"{request.method} {request.url.path}: {exc.detail}", status=exc.status_code)
     return error_response(err)
 
 

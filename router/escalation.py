@@ -23,7 +23,7 @@ from router.call import Call
 from router.errors import UpstreamError
 from router.policy.decide import Decision
 from router.policy.model import Policy
-from router.store.base import Event, RoutedCall
+from router.store.base import ESCALATED, Event, RoutedCall
 from router.validate import Mistake
 
 if TYPE_CHECKING:
@@ -82,7 +82,10 @@ class Trace:
             body = {**body, "tool_choice": {"type": "function", "function": {"name": self._repair_tool}}}
             self._repair_tool = None
         elif self.tried:
-            self.tier = self._stronger(self.tried[-1])
+            last = self.tried[-1]
+            self.tier = self._stronger(last)
+            if self.tier != last:
+                self.router.store.record([Event(last, self.route, kind=ESCALATED, session=self.call.session)])
         self.tried.append(self.tier)
         return self.tier, body
 
@@ -154,6 +157,9 @@ class Trace:
         self.tried.append(tier)
 
     def won(self, tier: str) -> None:
+        """The hedge race is decided: `tier` answers (an escalation if it is the hedge)."""
+        if tier != self.tier:
+            self.router.store.record([Event(self.tier, self.route, kind=ESCALATED, session=self.call.session)])
         self.tier = tier
 
     def delivered(self, tier: str, message: Mapping[str, Any]) -> None:
@@ -175,9 +181,12 @@ class Trace:
     def _record(self, tier: str, tools: Sequence[str], found: Sequence[Mistake], answered: bool = True) -> None:
         self.mistakes.extend(m.kind for m in found)
         s = self.call.session
+        offered = self.call.features.tool_names  # never record names a model made up: unbounded keys
         events = [Event(tier, self.route, session=s)] if answered else []
-        events += [Event(tier, self.route, tool=t, session=s) for t in tools if t]
-        events += [Event(tier, self.route, tool=m.tool, kind=m.kind, session=s) for m in found]
+        events += [Event(tier, self.route, tool=t, session=s) for t in tools if t in offered]
+        events += [
+            Event(tier, self.route, tool=m.tool if m.tool in offered else "", kind=m.kind, session=s) for m in found
+        ]
         self.router.store.record(events)
         self.router.metrics.observe_answer(tier, self.route, answered, [m.kind for m in found])
 

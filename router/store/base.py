@@ -105,11 +105,21 @@ class RoutedCall:
 class Counts:
     calls: int = 0
     mistakes: dict[str, int] = field(default_factory=dict)
+    escalations: int = 0
 
     def to_json(self) -> dict[str, Any]:
         total = sum(self.mistakes.values())
         rate = round(total / self.calls, 4) if self.calls else (1.0 if total else 0.0)
-        return {"calls": self.calls, "mistakes": dict(sorted(self.mistakes.items())), "mistake_rate": rate}
+        return {
+            "calls": self.calls,
+            "mistakes": dict(sorted(self.mistakes.items())),
+            "mistake_rate": rate,
+            "escalations": self.escalations,
+        }
+
+
+# Not a mistake: counts a call that left this tier for a stronger one (`escalations` in stats).
+ESCALATED = "escalated"
 
 
 def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
@@ -122,7 +132,9 @@ def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
         if not tool or kind:
             targets += [tiers.setdefault(tier, Counts()), routes.setdefault(route, Counts())]
         for c in targets:
-            if kind:
+            if kind == ESCALATED:
+                c.escalations += n
+            elif kind:
                 c.mistakes[kind] = c.mistakes.get(kind, 0) + n
             else:
                 c.calls += n

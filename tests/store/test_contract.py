@@ -8,7 +8,7 @@ import time
 import pytest
 
 from router.store import Event, RoutedCall
-from router.store.base import BUCKET_SECONDS, bucket_of
+from router.store.base import BUCKET_SECONDS, ESCALATED, bucket_of
 from tests.store.conftest import StoreFactory
 
 pytestmark = pytest.mark.redis
@@ -31,16 +31,16 @@ async def test_stats_shape_and_numbers(make_store: StoreFactory) -> None:
     stats = await store.stats()
     assert stats == {
         "tiers": {
-            "fast": {"calls": 4, "mistakes": MISTAKES, "mistake_rate": 0.5},
-            "full": {"calls": 2, "mistakes": {}, "mistake_rate": 0.0},
+            "fast": {"calls": 4, "mistakes": MISTAKES, "mistake_rate": 0.5, "escalations": 0},
+            "full": {"calls": 2, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0},
         },
         "routes": {
-            "default": {"calls": 2, "mistakes": {}, "mistake_rate": 0.0},
-            "simple": {"calls": 4, "mistakes": MISTAKES, "mistake_rate": 0.5},
+            "default": {"calls": 2, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0},
+            "simple": {"calls": 4, "mistakes": MISTAKES, "mistake_rate": 0.5, "escalations": 0},
         },
         "tools": {
-            "fast": {"read_file": {"calls": 2, "mistakes": {"invalid_json": 1}, "mistake_rate": 0.5}},
-            "full": {"write_file": {"calls": 1, "mistakes": {}, "mistake_rate": 0.0}},
+            "fast": {"read_file": {"calls": 2, "mistakes": {"invalid_json": 1}, "mistake_rate": 0.5, "escalations": 0}},
+            "full": {"write_file": {"calls": 1, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0}},
         },
         "store": stats["store"],
     }
@@ -55,6 +55,15 @@ async def test_stats_shape_and_numbers(make_store: StoreFactory) -> None:
     assert await store.stats(window_seconds=600) == stats  # everything is recent
 
 
+async def test_escalations_are_counted_apart_from_mistakes(make_store: StoreFactory) -> None:
+    store = await make_store()
+    store.record([Event("fast", "r"), Event("fast", "r", kind=ESCALATED), Event("full", "r")])
+    await store.flush()
+    stats = await store.stats()
+    assert stats["tiers"]["fast"] == {"calls": 1, "mistakes": {}, "mistake_rate": 0.0, "escalations": 1}
+    assert stats["routes"]["r"] == {"calls": 2, "mistakes": {}, "mistake_rate": 0.0, "escalations": 1}
+
+
 async def test_window_vs_all_time_and_series(make_store: StoreFactory) -> None:
     store = await make_store()
     now = time.time()
@@ -66,12 +75,12 @@ async def test_window_vs_all_time_and_series(make_store: StoreFactory) -> None:
     await store.flush()
 
     all_time = await store.stats()
-    assert all_time["tiers"]["fast"] == {"calls": 3, "mistakes": {"timeout": 2}, "mistake_rate": 0.6667}
+    assert all_time["tiers"]["fast"] == {"calls": 3, "mistakes": {"timeout": 2}, "mistake_rate": 0.6667, "escalations": 0}
     assert all_time["tiers"]["full"]["calls"] == 1
     last_10_min = await store.stats(window_seconds=600)
-    assert last_10_min["tiers"] == {"fast": {"calls": 3, "mistakes": {}, "mistake_rate": 0.0}}
+    assert last_10_min["tiers"] == {"fast": {"calls": 3, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0}}
     last_2_h = await store.stats(window_seconds=7200)
-    assert last_2_h["tiers"] == {"fast": {"calls": 3, "mistakes": {"timeout": 2}, "mistake_rate": 0.6667}}
+    assert last_2_h["tiers"] == {"fast": {"calls": 3, "mistakes": {"timeout": 2}, "mistake_rate": 0.6667, "escalations": 0}}
     assert last_2_h["routes"] == {"r": last_2_h["tiers"]["fast"]}
 
     assert await store.series(now - 7200) == [
