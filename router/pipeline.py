@@ -22,7 +22,7 @@ from router.errors import UpstreamError
 from router.escalation import Trace
 from router.hedge import first_valid
 from router.policy.decide import Live, decide
-from router.streaming import Emitter, Gate
+from router.streaming import Gate, Joiner
 from router.upstream.base import Chunk, Reply
 
 if TYPE_CHECKING:
@@ -50,31 +50,23 @@ async def complete(router: Router, call: Call) -> tuple[Trace, Reply]:
     return trace, reply
 
 
-async def stream(router: Router, call: Call) -> tuple[Trace, AsyncIterator[bytes]]:
-    """Start streaming. Failures before the first byte raise here, as a plain HTTP error."""
+async def stream(router: Router, call: Call) -> tuple[Trace, AsyncIterator[Chunk]]:
+    """Chunks ready to send, as one stream. Failures before the first chunk raise here (a plain
+    HTTP error is still possible); later ones raise from the iterator (the transport frames them)."""
     trace = await begin(router, call)
-    frames = _frames(router, trace)
-    first = await anext(frames)
-    return trace, _prepend(first, frames)
+    chunks = _joined(router, trace)
+    first = await anext(chunks)
+    return trace, _prepend(first, chunks)
 
 
-async def _frames(router: Router, trace: Trace) -> AsyncIterator[bytes]:
-    out = Emitter()
-    try:
-        async for attempt in trace.attempts():
-            with attempt:
-                tier, body = trace.next_attempt()
-                out.next_attempt()
-                async for ready in await _hedged(trace, tier, partial(_chunks, router, trace, body)):
-                    yield out.frame(ready)
-    except UpstreamError as exc:
-        if not out.sent:
-            raise
-        yield out.error(exc)  # the stream already started: an SSE error frame, then the trailer
-        yield out.trailer(trace.summary())
-        return
-    yield out.trailer(trace.summary())
-    yield out.DONE
+async def _joined(router: Router, trace: Trace) -> AsyncIterator[Chunk]:
+    join = Joiner()
+    async for attempt in trace.attempts():
+        with attempt:
+            tier, body = trace.next_attempt()
+            join.next_attempt()
+            async for ready in await _hedged(trace, tier, partial(_chunks, router, trace, body)):
+                yield join(ready)
 
 
 async def _reply(router: Router, trace: Trace, body: dict[str, Any], tier: str) -> AsyncIterator[Reply]:
@@ -122,7 +114,7 @@ async def _hedged(trace: Trace, tier: str, attempt: Callable[[str], AsyncIterato
     return items
 
 
-async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _prepend(first: Chunk, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
     yield first
-    async for frame in rest:
-        yield frame
+    async for chunk in rest:
+        yield chunk

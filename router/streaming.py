@@ -6,17 +6,14 @@ validator, and `release()` gives back the held part once it passed. Text that op
 written as text (`{`, `[`, a fence or a tag, when tools are offered) is held too, so such a leak
 never reaches the client. On an unchecked tier every chunk passes at once.
 
-`Emitter` turns chunks from any number of attempts into one client stream: one `id`, one role
-delta, a blank line between the text of two attempts, SSE framing, an error frame, the trailer.
+`Joiner` turns chunks from any number of attempts into one stream: one `id`, one role delta, a
+blank line between the text of two attempts. Transports frame the result (SSE, WebSocket events).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from router.errors import RouterError
 from router.upstream.base import Chunk
 
 _SUSPECT_OPENERS = ("{", "[", "`", "<")
@@ -53,12 +50,13 @@ class Gate:
             self.text.append(text)
         if not self.hold:
             return [chunk]
-        if delta.get("tool_calls") or fr:  # hold the call and the finish; keep this chunk's text
+        if delta.get("tool_calls") or fr:  # hold the call and the finish; keep this chunk's role and text
             if fr:
                 self._tail.append(_with(chunk, delta={}, finish_reason=fr))
-            if not text:
+            kept = {k: delta[k] for k in ("role", "content") if delta.get(k)}
+            if not kept:
                 return []
-            chunk = _with(chunk, delta={"content": text}, finish_reason=None)
+            chunk = _with(chunk, delta=kept, finish_reason=None)
         self._held.append(chunk)  # role-only openers wait for the first text that may be sent
         if text and self._suspect is None and text.strip():
             self._suspect = self.hold_text and text.lstrip().startswith(_SUSPECT_OPENERS)
@@ -114,7 +112,10 @@ def _with(chunk: Chunk, delta: dict[str, Any], finish_reason: str | None) -> Chu
     return Chunk({**chunk.data, "choices": [choice]})
 
 
-class Emitter:
+class Joiner:
+    """Chunks from successive attempts → one stream: one `id`, one role delta, and a blank line
+    between the text of two attempts. A chunk it changes loses its `raw` bytes."""
+
     def __init__(self) -> None:
         self.id: str | None = None
         self.sent = False
@@ -125,7 +126,7 @@ class Emitter:
     def next_attempt(self) -> None:
         self._separate = self._text_sent
 
-    def frame(self, chunk: Chunk) -> bytes:
+    def __call__(self, chunk: Chunk) -> Chunk:
         d = chunk.data
         changed = False
         if self.id is None:
@@ -150,15 +151,4 @@ class Emitter:
             if changed:
                 d = {**d, "choices": [{**choices[0], "delta": delta}, *choices[1:]]}
         self.sent = True
-        raw = chunk.raw if chunk.raw is not None and not changed else orjson.dumps(d)
-        return b"data: " + raw + b"\n\n"
-
-    def error(self, exc: RouterError) -> bytes:
-        self.sent = True
-        return b"data: " + exc.to_json() + b"\n\n"
-
-    @staticmethod
-    def trailer(summary: bytes) -> bytes:
-        return b": router " + summary + b"\n\n"
-
-    DONE = b"data: [DONE]\n\n"
+        return Chunk(d, None) if changed else chunk

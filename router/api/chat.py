@@ -13,8 +13,9 @@ from starlette.responses import Response, StreamingResponse
 from router import pipeline
 from router.api import endpoint, lower_headers, read_body, router_of
 from router.call import chat_call
-from router.errors import Overloaded
+from router.errors import Overloaded, RouterError
 from router.escalation import Trace
+from router.upstream.base import Chunk
 
 if TYPE_CHECKING:
     from router.app import Router
@@ -35,10 +36,10 @@ async def completions(request: Request) -> Response:
         raw = await read_body(request, router)
         call = chat_call(raw, lower_headers(request))
         if call.stream:
-            trace, frames = await pipeline.stream(router, call)
+            trace, chunks = await pipeline.stream(router, call)
             streaming = True
             headers = {**SSE_HEADERS, **trace.headers()}
-            return StreamingResponse(_observed(router, trace, frames), media_type="text/event-stream", headers=headers)
+            return StreamingResponse(_observed(router, trace, chunks), media_type="text/event-stream", headers=headers)
         trace, reply = await pipeline.complete(router, call)
         _observe(router, trace, None)
         return Response(reply.raw or orjson.dumps(reply.data), headers=trace.headers(), media_type="application/json")
@@ -47,15 +48,22 @@ async def completions(request: Request) -> Response:
             router.inflight -= 1
 
 
-async def _observed(router: Router, trace: Trace, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Pass frames through; count the call when the stream ends, however it ends."""
+async def _observed(router: Router, trace: Trace, chunks: AsyncIterator[Chunk]) -> AsyncIterator[bytes]:
+    """SSE frames of the chunks, then the trailer; an error after the first byte becomes an error
+    frame. The call is counted when the stream ends, however it ends."""
     ttft = asyncio.get_running_loop().time() - trace.started
     try:
-        async for frame in frames:
-            yield frame
+        async for chunk in chunks:
+            yield b"data: " + (chunk.raw if chunk.raw is not None else orjson.dumps(chunk.data)) + b"\n\n"
+    except RouterError as exc:
+        yield b"data: " + exc.to_json() + b"\n\n"
+        yield b": router " + trace.summary() + b"\n\n"
+        return
     finally:
         router.inflight -= 1
         _observe(router, trace, ttft)
+    yield b": router " + trace.summary() + b"\n\n"
+    yield b"data: [DONE]\n\n"
 
 
 def _observe(router: Router, trace: Trace, ttft: float | None) -> None:
