@@ -6,6 +6,7 @@
     │   └── ForbiddenField           400 invalid_request_error / forbidden_field   (api_base, api_key, ...)
     ├── Unauthorized                 401 authentication_error / invalid_api_key
     ├── NotFound                     404 invalid_request_error / model_not_found
+    │   └── UnknownPath              404 (or 405) invalid_request_error / not_found
     ├── BodyTooLarge                 413 invalid_request_error / body_too_large
     ├── Overloaded                   503 overloaded_error / overloaded          (Retry-After)
     └── UpstreamError                502 upstream_error / upstream_error        (x-should-retry: false)
@@ -99,6 +100,12 @@ class NotFound(RouterError):
     type = "invalid_request_error"
     code = "model_not_found"
     should_retry = False
+
+
+class UnknownPath(NotFound):
+    """No such URL (404) or method (405): not a model that was not found."""
+
+    code = "not_found"
 
 
 class BodyTooLarge(RouterError):

@@ -58,10 +58,12 @@ async def _failed_calls(router: Router, call: Call, rules: AfterAgentError) -> A
     if rules.repeated_call and assistant is not None:
         seen = {_signature(c): c for m in earlier for c in m.get("tool_calls") or ()}
         for c in assistant.get("tool_calls") or ():
-            if (prior := seen.get(_signature(c))) is not None and prior.get("id") != c.get("id"):
-                routed_prior = await router.store.routed_get(call.session, str(prior.get("id")))
-                if routed_prior is not None:
-                    yield routed_prior
+            prior = seen.get(_signature(c))
+            if prior is None or prior.get("id") == c.get("id") or _reported(messages, prior.get("id"), rules):
+                continue
+            routed_prior = await router.store.routed_get(call.session, str(prior.get("id")))
+            if routed_prior is not None:
+                yield routed_prior
 
 
 def _newest_turn(messages: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]]]:
@@ -74,6 +76,13 @@ def _newest_turn(messages: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | 
         return results, None, []
     earlier = [m for m in messages[: i - 1] if isinstance(m, dict) and m.get("role") == "assistant"]
     return results, messages[i - 1], earlier
+
+
+def _reported(messages: Any, call_id: Any, rules: AfterAgentError) -> bool:
+    """Its own result already reported the call failed (counted when that result was newest)."""
+    return any(
+        isinstance(m, dict) and m.get("tool_call_id") == call_id and _reports_failure(m, rules) for m in messages
+    )
 
 
 def _reports_failure(result: dict[str, Any], rules: AfterAgentError) -> bool:

@@ -1,0 +1,77 @@
+"""Upstreams whose stream carries no chunk at all: only `[DONE]`, or a 200 body that is not SSE.
+
+Whatever the router makes of it, the client gets a well-formed answer — never "the router failed
+unexpectedly" (500).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from router.upstream.fake import FakeConfig
+from tests.api.helpers import TOOLS, USER, assert_error_body, post, sse, trailer
+from tests.conftest import policy_text
+
+
+def empty_app() -> web.Application:
+    """An OpenAI-style server answering every stream with nothing; the user message picks how."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if body["messages"][-1]["content"] == "not-sse":
+            return web.Response(status=200, text='{"unexpected": true}', content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": []})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    return app
+
+
+@pytest.fixture
+async def empty() -> AsyncIterator[str]:
+    runner = web.AppRunner(empty_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    await runner.cleanup()
+
+
+@pytest.mark.parametrize("how", ["done-only", "not-sse"])
+async def test_empty_stream_from_the_only_tier_is_not_a_router_failure(empty, proxy_, how: str) -> None:
+    proxy = await proxy_(policy_text(empty, extra="escalation: {max_attempts: 1}\n"))
+    body = {"model": "auto", "messages": [{"role": "user", "content": how}], "stream": True}
+    raw = await post(proxy.url + "/chat/completions", body)
+    assert raw.status != 500, raw.body
+    if raw.status == 200:
+        events, _, done = sse(raw.body)
+        assert done and events == []
+        assert "empty_response" in trailer(raw.body)["mistakes"]
+    else:
+        assert_error_body(raw, 502, type_="upstream_error")
+
+
+async def test_empty_stream_from_the_fast_tier_escalates(empty, start_fake_, proxy_) -> None:
+    full = await start_fake_(FakeConfig(seed=2))
+    proxy = await proxy_(policy_text(empty, full.url, extra="escalation: {to: full}\n"))
+    for content in ("done-only", "not-sse"):
+        messages = [*USER[:-1], {"role": "user", "content": content}]
+        raw = await post(
+            proxy.url + "/chat/completions", {"model": "auto", "messages": messages, "tools": TOOLS, "stream": True}
+        )
+        assert raw.status == 200, raw.body
+        assert raw.headers["x-router-tier"] == "full"
+        assert raw.headers["x-router-mistakes"] == "empty_response"
+        events, _, done = sse(raw.body)
+        assert done and events
+        assert trailer(raw.body)["tiers"] == ["fast", "full"]
