@@ -11,7 +11,7 @@
     ├── Overloaded                   503 overloaded_error / overloaded          (Retry-After)
     └── UpstreamError                502 upstream_error / upstream_error        (x-should-retry: false)
         ├── UpstreamTimeout          504 timeout_error / timeout
-        └── UpstreamStatus           the upstream's 4xx is passed on; 5xx → 502
+        └── UpstreamStatus           the request's fault (400, 413, 422, …) is passed on; else 502
 
 `to_body()` gives the OpenAI error shape `{"error": {"message", "type", "param", "code"}}`.
 Messages are written by the router, never copied from a traceback, and upstream text is passed
@@ -149,13 +149,15 @@ class UpstreamTimeout(UpstreamError):
 class UpstreamStatus(UpstreamError):
     """The upstream answered with an HTTP error. 4xx are the client's fault and pass through."""
 
-    def __init__(self, message: str, *, tier: str, upstream_status: int) -> None:
-        super().__init__(message, tier=tier, status=upstream_status if upstream_status < 500 else 502)
-        self.upstream_status = upstream_status
+    # 4xx that say the router (its key, URL or model id) or the upstream's load is at fault, not the
+    # client's request: they escalate like a 5xx and reach the client as 502.
+    ROUTER_FAULTS = frozenset({401, 403, 404, 405, 408, 409, 429})
 
-    @property
-    def client_fault(self) -> bool:
-        return 400 <= self.upstream_status < 500 and self.upstream_status not in (408, 409, 429)
+    def __init__(self, message: str, *, tier: str, upstream_status: int) -> None:
+        client_fault = 400 <= upstream_status < 500 and upstream_status not in self.ROUTER_FAULTS
+        super().__init__(message, tier=tier, status=upstream_status if client_fault else 502)
+        self.upstream_status = upstream_status
+        self.client_fault = client_fault
 
     def to_body(self) -> dict[str, Any]:
         body = super().to_body()

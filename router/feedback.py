@@ -28,18 +28,17 @@ log = logging.getLogger("router.feedback")
 async def sticky_tier(router: Router, call: Call, policy: Policy) -> str | None:
     """Record newly reported failures, then say whether this call must go to a stronger tier."""
     rules = policy.escalation.after_agent_error
-    if not policy.escalation.chain:
-        return None
+    sticky = rules.sticky_calls if policy.escalation.chain else 0
     failed = [fid async for fid in _failed_calls(router, call, rules)]
     if failed:
         router.store.record(
             [Event(c.tier, c.route, tool=c.tool, kind="agent_reported_error", session=call.session) for c in failed]
         )
         router.metrics.observe_agent_errors(failed)
-        if rules.sticky_calls:
-            await router.store.sticky_set(call.session, policy.escalation.chain[-1], rules.sticky_calls)
+        if sticky:
+            await router.store.sticky_set(call.session, policy.escalation.chain[-1], sticky)
         log.info("session %s: agent reported %d failed tool call(s)", call.session[:16], len(failed))
-    if not rules.sticky_calls:
+    if not sticky:
         return None
     tier = await router.store.sticky_take(call.session)
     return tier if tier in policy.models else None

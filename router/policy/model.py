@@ -12,6 +12,7 @@ import re
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
@@ -81,6 +82,12 @@ class Tier(Strict):
     def _openai_needs_base(self) -> Tier:
         if self.provider == "openai" and not self.api_base:
             raise ValueError("an openai/<id> tier needs api_base (the OpenAI-compatible server's /v1 URL)")
+        if self.api_base is not None:
+            url = urlsplit(self.api_base)
+            if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
+                raise ValueError("api_base must be an http(s) URL without query or fragment, e.g. http://host:8081/v1")
+            if url.username or url.password:
+                raise ValueError("api_base must not carry credentials; use api_key")
         return self
 
 

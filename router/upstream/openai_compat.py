@@ -57,7 +57,7 @@ class OpenAICompatUpstream:
                 async with self._session.get(url, timeout=timeout) as resp:  # type: ignore[union-attr]
                     await resp.read()
                     return resp.status < 500
-            except (aiohttp.ClientError, TimeoutError):
+            except (aiohttp.ClientError, TimeoutError, ValueError):
                 return False
 
         ok = sum(await asyncio.gather(*(one() for _ in range(self.config.warm_connections))))

@@ -286,3 +286,21 @@ async def test_stats_count_upstream_errors_on_the_failing_tier(start_fake_, prox
     assert data["tiers"]["fast"]["mistake_rate"] == 1.0
     assert data["routes"] == {"simple-tool-call": counts(1, {"upstream_error": 1})}
     assert data["tools"] == {"full": {"get_weather": counts(1, {})}}
+
+
+@pytest.mark.parametrize("status", [401, 404])
+async def test_upstream_refusing_the_routers_own_credentials_escalates(start_fake_, proxy_, sdk, status) -> None:
+    """401/403/404 from a tier mean the router's key, URL or model id is wrong — not the client's
+    request: they escalate like a 5xx, and if nothing can answer the client gets a 502."""
+    if status == 401:
+        fast_cfg = FakeConfig(seed=1, api_key="the-key-the-policy-does-not-have")
+    else:
+        fast_cfg = FakeConfig(seed=1)
+    fast = await start_fake_(fast_cfg)
+    full = await start_fake_(FakeConfig(seed=2))
+    url = fast.url if status == 401 else fast.url.removesuffix("/v1") + f"/missing-{status}"
+    proxy = await proxy_(policy_text(url, full.url, extra=ESCALATE))
+    raw = await sdk(proxy.url).chat.completions.with_raw_response.create(**TOOL_CALL)
+    h = raw.headers
+    assert (h["x-router-tier"], h["x-router-escalated"], h["x-router-mistakes"]) == ("full", "true", "upstream_error")
+    assert raw.parse().choices[0].message.tool_calls

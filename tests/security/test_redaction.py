@@ -18,6 +18,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from router.policy.loader import PolicyError, parse_policy
 from router.upstream.fake import FakeConfig
 from tests.api.helpers import TOOLS, Raw, get, post, with_key
 from tests.conftest import Proxy, policy_text
@@ -87,6 +88,15 @@ def keyed_url(url: str) -> str:
     return url.replace("http://", f"http://agent:{URL_PASS}@", 1)
 
 
+def test_key_bearing_api_base_is_refused_without_echoing_it() -> None:
+    """Credentials belong in api_key: a policy with a password in api_base does not load, and its
+    error names the problem without showing the password."""
+    with pytest.raises(PolicyError) as err:
+        parse_policy(policy_text(keyed_url("http://127.0.0.1:9/v1")), "p.yaml")
+    assert "must not carry credentials" in str(err.value)
+    assert URL_PASS not in str(err.value)
+
+
 async def calls(seen: Seen, proxy: Proxy, model: str = "auto", content: str = "hi") -> list[int]:
     statuses = []
     for tools in (None, TOOLS):
@@ -110,7 +120,7 @@ ESCALATE = "escalation: {to: full, max_attempts: 2}\n"  # fast, then full: no sa
 async def test_happy_path_keeps_keys_private(start_fake_, proxy_, logs) -> None:
     fast = await start_fake_(FakeConfig(seed=1, api_key=FAST_KEY))
     full = await start_fake_(FakeConfig(seed=2))
-    policy = with_key(policy_text(fast.url, keyed_url(full.url), extra=ESCALATE), "fast", FAST_KEY)
+    policy = with_key(policy_text(fast.url, full.url, extra=ESCALATE), "fast", FAST_KEY)
     proxy = await proxy_(policy)
     attach(logs)
     seen = Seen()
@@ -122,7 +132,7 @@ async def test_happy_path_keeps_keys_private(start_fake_, proxy_, logs) -> None:
 async def test_upstream_401_keeps_keys_private(start_fake_, proxy_, logs) -> None:
     fast = await start_fake_(FakeConfig(seed=1, api_key="sk-the-key-the-server-expects-000"))
     full = await start_fake_(FakeConfig(seed=2, api_key="sk-the-key-the-server-expects-000"))
-    policy = with_key(policy_text(fast.url, keyed_url(full.url), extra=ESCALATE), "fast", FAST_KEY)
+    policy = with_key(policy_text(fast.url, full.url, extra=ESCALATE), "fast", FAST_KEY)
     proxy = await proxy_(policy)
     attach(logs)
     seen = Seen()
@@ -134,7 +144,7 @@ async def test_upstream_401_keeps_keys_private(start_fake_, proxy_, logs) -> Non
 
 async def test_unreachable_upstream_keeps_key_bearing_url_private(start_fake_, proxy_, logs) -> None:
     dead = f"http://127.0.0.1:{closed_port()}/v1"
-    policy = with_key(policy_text(dead, keyed_url(dead), extra=ESCALATE), "fast", FAST_KEY)
+    policy = with_key(policy_text(dead, dead, extra=ESCALATE), "fast", FAST_KEY)
     proxy = await proxy_(policy)
     attach(logs)
     seen = Seen()
@@ -146,7 +156,7 @@ async def test_unreachable_upstream_keeps_key_bearing_url_private(start_fake_, p
 async def test_malformed_upstream_answers_keep_keys_private(start_fake_, proxy_, logs) -> None:
     fast = await start_fake_(FakeConfig(seed=1, api_key=FAST_KEY, malformed_sse=1.0))
     full = await start_fake_(FakeConfig(seed=2, malformed_sse=1.0))
-    policy = with_key(policy_text(fast.url, keyed_url(full.url), extra=ESCALATE), "fast", FAST_KEY)
+    policy = with_key(policy_text(fast.url, full.url, extra=ESCALATE), "fast", FAST_KEY)
     proxy = await proxy_(policy)
     attach(logs)
     seen = Seen()
@@ -235,7 +245,7 @@ async def test_upstream_echoing_the_key_is_redacted(echo, start_fake_, proxy_, l
     attach(logs)
     seen = Seen()
     expected = {  # statuses of (JSON, SSE) x (no tools, tools); None: not this test's business
-        "401": [401, 401, 401, 401],
+        "401": [502, 502, 502, 502],  # the router's key was refused: its fault, not the client's
         "500": [502, 502, 502, 502],
         "html-500": [502, 502, 502, 502],
         "bad-json": [502, None, 502, None],
