@@ -20,6 +20,18 @@ from router.store.base import Store
 log = logging.getLogger("router.adaptive")
 
 
+# Mistakes of answers that fumbled a tool without calling it: not among the tool's `calls`.
+_UNCALLED = ("missing_tool_call", "text_tool_call")
+
+
+def _samples_and_rate(counts: dict[str, Any]) -> tuple[int, float]:
+    """(answers for the tool, share of them with a mistake): answers that called it, plus those
+    that were meant to and did not (else a tool the tier never calls would never be diverted)."""
+    mistakes: dict[str, int] = counts.get("mistakes", {})
+    samples = int(counts["calls"]) + sum(mistakes.get(k, 0) for k in _UNCALLED)
+    return samples, round(sum(mistakes.values()) / samples, 4) if samples else 0.0
+
+
 class AdaptiveState:
     def __init__(self, store: Store, policy: PolicyHolder, interval: float = 2.0) -> None:
         self.store = store
@@ -43,8 +55,9 @@ class AdaptiveState:
             if rule.window not in by_window:
                 by_window[rule.window] = await self.store.stats(rule.window)
             for tool, counts in by_window[rule.window].get("tools", {}).get(route.use, {}).items():
-                if counts["calls"] >= rule.min_samples and counts["mistake_rate"] > rule.max_mistake_rate:
-                    degraded[(route.name, tool)] = counts["mistake_rate"]
+                samples, rate = _samples_and_rate(counts)
+                if samples >= rule.min_samples and rate > rule.max_mistake_rate:
+                    degraded[(route.name, tool)] = rate
         for key in degraded.keys() - self.degraded.keys():
             log.info("route %s: diverting tool %s (mistake rate %.2f)", key[0], key[1], degraded[key])
         for key in self.degraded.keys() - degraded.keys():

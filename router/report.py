@@ -18,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
+from router.store.base import ESCALATED
+
 
 def fetch(url: str, path: str, key: str | None = None) -> bytes:
     req = urllib.request.Request(url.rstrip("/") + path)
@@ -59,13 +61,23 @@ def print_stats(url: str, window: float | None, key: str | None) -> None:
         )
 
 
+def tier_key(tier: str, route: str, tool: str, kind: str) -> str | None:
+    """Series rows counted per tier (as in stats): answers without a tool, and every mistake."""
+    return tier if not tool or kind else None
+
+
+def tool_key(tier: str, route: str, tool: str, kind: str) -> str | None:
+    """Series rows counted per tool: answers that called it, and mistakes that name it."""
+    return f"{tool}@{tier}" if tool else None
+
+
 def _rates(rows: list[list[Any]], key_of: Any) -> dict[str, tuple[list[float], list[float]]]:
     """series rows → {label: (bucket times, mistake rates)} for answers grouped by `key_of(row)`."""
     calls: dict[str, dict[float, int]] = defaultdict(lambda: defaultdict(int))
     mistakes: dict[str, dict[float, int]] = defaultdict(lambda: defaultdict(int))
     for ts, tier, route, tool, kind, n in rows:
-        label = key_of(tier, route, tool)
-        if label is None:
+        label = key_of(tier, route, tool, kind)
+        if label is None or kind == ESCALATED:  # an escalation is counted apart, not as a mistake
             continue
         (mistakes if kind else calls)[label][ts] += n
     out = {}
@@ -117,10 +129,8 @@ def write_report(url: str, out: Path, since: float, bucket: int, key: str | None
         plt.close(fig)
         figures.append((name, title))
 
-    plot(
-        "tiers.png", "Mistake rate per tier", _rates(rows, lambda t, r, tool: None if tool else t), "mistakes / answer"
-    )
-    plot("tools.png", "Mistake rate per tool", _rates(rows, lambda t, r, tool: f"{tool}@{t}" if tool else None), "rate")
+    plot("tiers.png", "Mistake rate per tier", _rates(rows, tier_key), "mistakes / answer")
+    plot("tools.png", "Mistake rate per tool", _rates(rows, tool_key), "rate")
     escal = _escalation_rates(rows)
     plot("escalation.png", "Escalation rate (answers from a stronger tier / client calls)", escal, "share")
 

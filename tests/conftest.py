@@ -25,7 +25,7 @@ from router.upstream.fake import FakeConfig, FakeServer, start_fake
 
 
 def free_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # so asyncio sets TCP_NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     return sock
@@ -113,7 +113,7 @@ async def proxy_(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Proxy]
         return Proxy(f"{base}/v1", base, app.state.router, path)
 
     yield start
-    for server, task in running:
+    for server, _task in running:
         server.should_exit = True
     for _server, task in running:
         await asyncio.wait_for(task, 10)
