@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -142,7 +144,8 @@ def stats(
     """Print calls, mistakes and mistake rates per tier, route and tool."""
     from router.report import print_stats
 
-    print_stats(url, window, key)
+    with _reaching(url):
+        print_stats(url, window, key)
 
 
 @app.command()
@@ -156,8 +159,24 @@ def report(
     """Write an HTML page with plots: mistake rates per tier and tool, escalation rate, latency."""
     from router.report import write_report
 
-    page = write_report(url, out, since, bucket, key)
+    with _reaching(url):
+        page = write_report(url, out, since, bucket, key)
     typer.echo(f"report written to {page}")
+
+
+@contextlib.contextmanager
+def _reaching(url: str) -> Iterator[None]:
+    """One clear line instead of a traceback when the proxy cannot be read."""
+    import urllib.error
+
+    try:
+        yield
+    except urllib.error.HTTPError as exc:
+        typer.echo(f"{url}: HTTP {exc.code} {exc.reason}" + (" (pass --key)" if exc.code == 401 else ""), err=True)
+        raise typer.Exit(1) from None
+    except (urllib.error.URLError, OSError) as exc:
+        typer.echo(f"{url}: cannot reach the proxy ({getattr(exc, 'reason', exc)})", err=True)
+        raise typer.Exit(1) from None
 
 
 if __name__ == "__main__":
