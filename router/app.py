@@ -2,8 +2,9 @@
 
 Router            what one running proxy owns: settings, policy, upstream pools, store,
                   validator, metrics, background tasks — reached as `request.app.state.router`
-routes            api/chat.py (POST /v1/chat/completions), api/admin.py (models, health,
-                  stats, metrics)
+routes            api/chat.py (POST /v1/chat/completions), api/responses.py (POST /v1/responses),
+                  api/responses_ws.py (WebSocket mode on /v1/responses), api/admin.py (models,
+                  health, stats, metrics)
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from router.adaptive import AdaptiveState
-from router.api import admin, chat, error_response
+from router.api import admin, chat, error_response, responses, responses_ws
 from router.errors import Unauthorized, UnknownPath
 from router.metrics import Metrics
 from router.policy.model import Policy
 from router.policy.watch import PolicyHolder, watch
+from router.responses.state import ResponseCache
 from router.settings import Settings
 from router.store import Store, open_store
 from router.upstream import Upstreams
@@ -45,6 +47,7 @@ class Router:
         self.validator = Validator()
         self.metrics = Metrics()
         self.adaptive = AdaptiveState(store, policy)
+        self.responses = ResponseCache(settings.responses_cache_entries, settings.responses_cache_bytes)
         self.inflight = 0
         self.ready = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -63,7 +66,7 @@ class Router:
     def secrets(self) -> tuple[str, ...]:
         return self.policy.current.secrets() + tuple(k.get_secret_value() for k in self.settings.client_keys)
 
-    def authorize(self, request: Request) -> None:
+    def authorize(self, request: HTTPConnection) -> None:
         keys = [k.get_secret_value() for k in self.policy.current.client_keys + self.settings.client_keys]
         if not keys:
             return
@@ -118,6 +121,10 @@ def create_app(settings: Settings, policy: PolicyHolder | None = None) -> Starle
     routes = [
         Route("/v1/chat/completions", chat.completions, methods=["POST"]),
         Route("/chat/completions", chat.completions, methods=["POST"]),
+        Route("/v1/responses", responses.create, methods=["POST"]),
+        Route("/responses", responses.create, methods=["POST"]),
+        WebSocketRoute("/v1/responses", responses_ws.connect),
+        WebSocketRoute("/responses", responses_ws.connect),
         *admin.routes,
     ]
     app = Starlette(

@@ -52,6 +52,9 @@ def serve(
         ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
         ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
         timeout_graceful_shutdown=5,
+        ws_max_size=settings.ws_max_message_bytes + 1,  # our own check answers 1009 with a reason
+        ws_ping_interval=settings.ws_ping_interval,
+        ws_ping_timeout=settings.ws_ping_interval,
     )
 
 

@@ -26,6 +26,21 @@ class Settings(BaseSettings):
         default_factory=list, description="client API keys (added to the policy's client_keys)"
     )
 
+    responses_cache_entries: int = Field(
+        10_000, ge=0, description="responses kept in process for previous_response_id (LRU; 0 = none)"
+    )
+    responses_cache_bytes: int = Field(
+        256 * 1024 * 1024, ge=0, description="bytes of message history that cache may hold (LRU)"
+    )
+    ws_max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="WebSocket messages above → close 1009")
+    ws_idle_timeout: float = Field(600.0, gt=0, description="seconds with no message and no response → close 1000")
+    ws_max_responses: int = Field(64, ge=1, description="responses remembered per WebSocket connection (LRU)")
+    ws_max_state_bytes: int = Field(
+        64 * 1024 * 1024, ge=0, description="bytes of message history one WebSocket connection may hold (LRU)"
+    )
+    ws_ping_interval: float = Field(20.0, gt=0, description="seconds between WebSocket pings; no pong as long → close")
+    ws_max_pending: int = Field(8, ge=1, description="response.create messages queued per connection; more → 1008")
+
     reload_policy: bool = Field(True, description="watch the policy file and reload it on change")
     warm_up: bool = Field(True, description="open upstream connections at start-up")
     log_level: str = "info"

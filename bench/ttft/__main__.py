@@ -1,0 +1,3 @@
+from bench.ttft.run import main
+
+main()

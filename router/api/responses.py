@@ -1,0 +1,95 @@
+"""POST /v1/responses — JSON and SSE (`stream: true`). WebSocket mode is in responses_ws.py.
+
+The request is translated to a chat-completions call and run through the same pipeline as
+/v1/chat/completions; `x-router-*` headers as there. A streamed response's final decision also
+rides on `response.completed` (`"router": {...}`) and in a trailing `: router {json}` comment.
+Responses are remembered in the process-wide cache (unless `store: false`) for `previous_response_id`.
+
+A stream's first event is sent once the pipeline has the first chunk, so a failure before it is
+still a plain HTTP error with its status (as on the chat transport); later ones are `error` events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from typing import TYPE_CHECKING
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from router import pipeline
+from router.api import endpoint, lower_headers, read_body, router_of
+from router.call import parse_body
+from router.errors import Overloaded
+from router.escalation import Trace
+from router.responses import turn as turns
+from router.responses.events import Event
+from router.responses.state import Stored
+
+if TYPE_CHECKING:
+
+    from router.app import Router
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+@endpoint
+async def create(request: Request) -> Response:
+    router = router_of(request)
+    router.authorize(request)
+    admit(router)
+    router.inflight += 1
+    streaming = False
+    try:
+        body = parse_body(await read_body(request, router))
+        cache = router.responses
+        stream = body.get("stream") is True
+        turn = turns.prepare(body, lower_headers(request), turns.previous(body, cache), stream=stream)
+
+        def save(entry: Stored) -> None:
+            if turn.store:
+                cache.put(turn.id, entry)
+
+        if stream:
+            trace, chunks = await pipeline.stream(router, turn.call)
+            streaming = True
+            frames = _sse(router, trace, turns.events(turn, trace, chunks, save))
+            headers = {**SSE_HEADERS, **trace.headers()}
+            return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
+        trace, response = await turns.complete(router, turn, save)
+        observe(router, trace, None)
+        return Response(orjson.dumps(response), headers=trace.headers(), media_type="application/json")
+    finally:
+        if not streaming:
+            router.inflight -= 1
+
+
+def admit(router: Router) -> None:
+    """Refuse (503) when too many calls are in flight, as the chat transport does."""
+    if router.inflight >= router.settings.max_concurrency:
+        router.metrics.refused.labels("overloaded").inc()
+        raise Overloaded("Too many calls in flight; retry shortly.")
+
+
+def observe(router: Router, trace: Trace, ttft: float | None) -> None:
+    elapsed = asyncio.get_running_loop().time() - trace.started
+    router.metrics.observe_call(trace.tier, trace.route, trace.escalated, ttft or elapsed, elapsed)
+
+
+def sse_frame(event: Event) -> bytes:
+    return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+async def _sse(router: Router, trace: Trace, events: AsyncGenerator[Event, None]) -> AsyncIterator[bytes]:
+    ttft = asyncio.get_running_loop().time() - trace.started
+    try:
+        async with aclosing(events):
+            async for event in events:
+                yield sse_frame(event)
+        yield b": router " + trace.summary() + b"\n\n"
+    finally:
+        router.inflight -= 1
+        observe(router, trace, ttft)

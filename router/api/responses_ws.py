@@ -1,0 +1,207 @@
+"""WebSocket mode on GET /v1/responses: one connection, many sequential responses.
+
+Protocol (OpenAI's Responses WebSocket mode, as the `openai` SDK's `responses.connect()` speaks it):
+the client sends JSON text frames `{"type": "response.create", ...the POST body...}` (`stream` is
+implicit and ignored); the server answers each with the same events as the SSE stream, one JSON text
+frame per event, ending in `response.completed` (or `response.incomplete`, or `error`).
+`generate: false` stores the input as a response without calling a model (warm-up).
+`previous_response_id` is looked up on this connection first, then in the process-wide cache.
+
+Limits and liveness
+  auth          on the upgrade, from its headers (Authorization: Bearer / x-api-key): refused with
+                HTTP 401 (the server's denial-response extension), else closed with 1008
+  size          a message over `ws_max_message_bytes` closes the socket with 1009
+  idle          no message for `ws_idle_timeout` seconds while no response runs: closed with 1000
+  queue         `response.create` messages wait in a bounded queue behind the running one
+                (`ws_max_pending`); beyond it the socket is closed with 1008
+  state         the last `ws_max_responses` responses of the connection, at most `ws_max_state_bytes`
+                of history (the oldest are evicted first)
+  backpressure  each event is awaited on `send_text` (the server pauses while the client is slow)
+  disconnect    the running response is cancelled, which closes its upstream stream
+  ping/pong     the server's own keepalive (uvicorn: `ws_ping_interval`, `ws_ping_timeout`)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from contextlib import aclosing
+from typing import TYPE_CHECKING
+
+import orjson
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from router import pipeline
+from router.api import error_response
+from router.api.responses import admit, observe
+from router.errors import BadRequest, InvalidJSON, RouterError, Unauthorized
+from router.responses import turn as turns
+from router.responses.events import Event, error_event
+from router.responses.state import ResponseCache, Stored
+
+if TYPE_CHECKING:
+    from router.app import Router
+
+log = logging.getLogger("router.api.ws")
+
+# Fields of `response.create` that belong to the socket, not to the response (never sent upstream).
+# `stream_id` (OpenAI's lanes) is accepted and ignored: responses on a connection run one at a time.
+_ENVELOPE = ("type", "stream", "generate", "stream_id")
+
+
+class UnknownEvent(BadRequest):
+    code = "unknown_event"
+
+
+async def connect(websocket: WebSocket) -> None:
+    router: Router = websocket.app.state.router
+    try:
+        router.authorize(websocket)
+    except Unauthorized as exc:
+        if "websocket.http.response" in websocket.scope.get("extensions", {}):
+            await websocket.send_denial_response(error_response(exc))
+        else:
+            await websocket.close(code=1008, reason="unauthorized")
+        return
+    await websocket.accept()
+    await Connection(router, websocket).run()
+
+
+class Connection:
+    def __init__(self, router: Router, websocket: WebSocket) -> None:
+        s = router.settings
+        self.router = router
+        self.ws = websocket
+        self.cache = ResponseCache(s.ws_max_responses, s.ws_max_state_bytes)
+        self.shared = router.responses
+        self.headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in websocket.scope["headers"]}
+        self.pending: asyncio.Queue[str] = asyncio.Queue(maxsize=s.ws_max_pending)
+        self.close_with: tuple[int, str] | None = None
+
+    async def run(self) -> None:
+        reader = asyncio.create_task(self._read())
+        worker = asyncio.create_task(self._work())
+        try:
+            await asyncio.wait({reader, worker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (reader, worker):
+                task.cancel()
+            for task in (reader, worker):
+                with contextlib.suppress(BaseException):
+                    await task
+        exc = worker.exception() if worker.done() and not worker.cancelled() else None
+        if exc is not None and not isinstance(exc, WebSocketDisconnect | OSError):  # those: the client left
+            log.error("websocket worker failed: %s", type(exc).__name__)
+            self.close_with = self.close_with or (1011, "internal error")
+        if self.close_with is not None:
+            with contextlib.suppress(Exception):
+                await self.ws.close(*self.close_with)
+
+    async def _read(self) -> None:
+        """Receive until the client leaves or breaks a limit; never blocks on the worker."""
+        limit = self.router.settings.ws_max_message_bytes
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text")
+            if text is None:
+                data = message.get("bytes") or b""
+                size = len(data)
+                text = data.decode("utf-8", "replace")
+            else:
+                size = len(text.encode())
+            if size > limit:
+                self.router.metrics.refused.labels("ws_message_too_big").inc()
+                self.close_with = (1009, f"message over {limit} bytes")
+                return
+            try:
+                self.pending.put_nowait(text)
+            except asyncio.QueueFull:
+                self.router.metrics.refused.labels("ws_too_many_pending").inc()
+                self.close_with = (1008, "too many response.create messages waiting")
+                return
+
+    async def _work(self) -> None:
+        idle = self.router.settings.ws_idle_timeout
+        while True:
+            try:
+                async with asyncio.timeout(idle):
+                    text = await self.pending.get()
+            except TimeoutError:
+                self.close_with = (1000, "idle timeout")
+                return
+            try:
+                await self._handle(text)
+            except (WebSocketDisconnect, OSError):
+                raise  # the client left: nothing to answer
+            except Exception as exc:  # a bug must not end the connection; no traceback (request data)
+                log.error("unexpected %s handling a websocket message", type(exc).__name__)
+                await self.send(error_event(RouterError("The router failed unexpectedly; the error was logged.")))
+
+    async def send(self, event: Event) -> None:
+        await self.ws.send_text(orjson.dumps(event).decode())
+
+    async def _handle(self, text: str) -> None:
+        try:
+            event = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            await self.send(error_event(InvalidJSON(f"The message is not valid JSON ({exc.msg} at {exc.pos}).")))
+            return
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind != "response.create":
+            err = UnknownEvent(f"Unknown event type {kind!r}; expected 'response.create'.", param="type")
+            await self.send(error_event(err))
+            return
+        body = {k: v for k, v in event.items() if k not in _ENVELOPE}
+        try:
+            prev = turns.previous(body, self.cache, self.shared)
+            turn = turns.prepare(body, self.headers, prev, stream=True)
+        except RouterError as exc:
+            await self.send(error_event(exc))
+            return
+
+        def save(entry: Stored) -> None:
+            self.cache.put(turn.id, entry)
+            if turn.store:
+                self.shared.put(turn.id, entry)
+
+        if event.get("generate") is False:
+            for ev in turns.warm_up(turn, save):
+                await self.send(ev)
+            return
+        await self._respond(turn, save)
+
+    async def _respond(self, turn: turns.Turn, save: turns.Save) -> None:
+        router = self.router
+        try:
+            admit(router)
+        except RouterError as exc:
+            await self.send(error_event(exc))
+            return
+        router.inflight += 1
+        try:
+            # created + in_progress go out before the upstream answers: the client parses them while
+            # the model thinks (off the TTFT path); a failure then is an `error` event, as later ones.
+            events = turns.event_builder(turn)
+            for ev in events.start():
+                await self.send(ev)
+            try:
+                trace, chunks = await pipeline.stream(router, turn.call)
+            except RouterError as exc:
+                await self.send(events.error(exc))
+                return
+            except Exception as exc:  # no traceback: it could carry request data or upstream details
+                log.error("unexpected %s in response %s", type(exc).__name__, turn.id)
+                await self.send(events.error(RouterError("The router failed unexpectedly; the error was logged.")))
+                return
+            ttft = asyncio.get_running_loop().time() - trace.started
+            try:
+                async with aclosing(turns.events(turn, trace, chunks, save, events)) as stream:
+                    async for ev in stream:
+                        await self.send(ev)
+            finally:
+                observe(router, trace, ttft)
+        finally:
+            router.inflight -= 1

@@ -1,0 +1,10 @@
+"""The Responses API on top of the chat-completions pipeline.
+
+    translate.py   Responses request/items ↔ chat body/messages; the Response object
+    events.py      chat chunks → Responses stream events (sequence numbers, item lifecycle)
+    state.py       bounded LRU caches of response histories (previous_response_id)
+    turn.py        one request whatever the transport: resolve, translate, run, remember
+
+Transports: router/api/responses.py (POST, JSON and SSE) and router/api/responses_ws.py
+(WebSocket mode on GET /v1/responses).
+"""

@@ -1,0 +1,210 @@
+"""Chat-completion chunks → Responses stream events, in the order OpenAI sends them.
+
+    response.created, response.in_progress
+    per text item:      response.output_item.added (message), response.content_part.added,
+                        response.output_text.delta ..., response.output_text.done,
+                        response.content_part.done, response.output_item.done
+    per function call:  response.output_item.added (function_call),
+                        response.function_call_arguments.delta ..., .done, response.output_item.done
+    response.completed  (response.incomplete when the model hit max_output_tokens or a filter)
+
+Every event carries `sequence_number`. Failures become one `error` event: the transports send it
+as the last event of that response (no `response.failed` follows, so a client that stops reading at
+`error` finds nothing stale on the connection before its next response).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from router.errors import RouterError
+from router.responses.translate import function_item, message_item, new_id, response_object, text_part
+
+Event = dict[str, Any]
+
+
+def error_event(exc: RouterError, sequence_number: int = 0) -> Event:
+    """The `error` event: the fields of OpenAI's `ResponseErrorEvent` (code, message, param), the
+    HTTP status, and the usual error body under `error` (the SDK's SSE reader raises `APIError` on it)."""
+    body = exc.to_body()["error"]
+    return {
+        "type": "error",
+        "sequence_number": sequence_number,
+        "code": body["code"],
+        "message": body["message"],
+        "param": body["param"],
+        "status": exc.http_status,
+        "error": body,
+    }
+
+
+class EventBuilder:
+    def __init__(self, request: Mapping[str, Any], response_id: str, created_at: int) -> None:
+        self.request = request
+        self.id = response_id
+        self.created_at = created_at
+        self.seq = 0
+        self.output: list[dict[str, Any]] = []
+        self.model: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self._text: dict[str, Any] | None = None  # the open message item
+        self._parts: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}  # chunk tool-call index → its item (open or done)
+        self._open_call: int | None = None
+
+    def event(self, kind: str, **fields: Any) -> Event:
+        ev = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return ev
+
+    def response(self, status: str) -> dict[str, Any]:
+        return response_object(
+            self.request,
+            self.id,
+            self.created_at,
+            status=status,
+            output=self.output if status != "in_progress" else [],
+            model=self.model,
+            usage=self.usage,
+            finish_reason=self.finish_reason,
+        )
+
+    def start(self) -> list[Event]:
+        snapshot = self.response("in_progress")
+        created = self.event("response.created", response=snapshot)
+        return [created, self.event("response.in_progress", response=snapshot)]
+
+    def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
+        """Events for one chat.completion.chunk."""
+        if self.model is None and isinstance(chunk.get("model"), str):
+            self.model = chunk["model"]
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not choices or not isinstance(choices[0], dict):
+            return []
+        choice = choices[0]
+        delta = choice.get("delta") or {}
+        out: list[Event] = []
+        if text := delta.get("content"):
+            out += self._text_delta(text)
+        for i, call in enumerate(delta.get("tool_calls") or ()):
+            out += self._call_delta(int(call.get("index", i)), call)
+        if fr := choice.get("finish_reason"):
+            self.finish_reason = fr
+        return out
+
+    def close(self) -> list[Event]:
+        """The `.done` events of the items still open; `output` is final after this."""
+        return self._close_text() + self._close_call()
+
+    def final(self, **extra: Any) -> Event:
+        """`response.completed` (or `.incomplete`) with the whole response; `extra` fields are added."""
+        response = self.response("completed")
+        kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
+        return self.event(kind, response=response, **extra)
+
+    def finish(self, **extra: Any) -> list[Event]:
+        return [*self.close(), self.final(**extra)]
+
+    def error(self, exc: RouterError) -> Event:
+        ev = error_event(exc, self.seq)
+        self.seq += 1
+        return ev
+
+    # -- text --------------------------------------------------------------------------------------
+    def _text_delta(self, text: str) -> list[Event]:
+        out: list[Event] = []
+        if self._text is None:
+            out += self._close_call()
+            self._text = message_item("", status="in_progress")
+            self._text["content"] = []
+            self._parts = []
+            self.output.append(self._text)
+            index = len(self.output) - 1
+            out.append(self.event("response.output_item.added", output_index=index, item=dict(self._text)))
+            out.append(
+                self.event(
+                    "response.content_part.added",
+                    item_id=self._text["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=text_part(""),
+                )
+            )
+        self._parts.append(text)
+        out.append(
+            self.event(
+                "response.output_text.delta",
+                item_id=self._text["id"],
+                output_index=len(self.output) - 1,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
+        return out
+
+    def _close_text(self) -> list[Event]:
+        item = self._text
+        if item is None:
+            return []
+        self._text = None
+        index = self.output.index(item)
+        text = "".join(self._parts)
+        part = text_part(text)
+        item["content"] = [part]
+        item["status"] = "completed"
+        ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        return [
+            self.event("response.output_text.done", **ids, text=text, logprobs=[]),
+            self.event("response.content_part.done", **ids, part=part),
+            self.event("response.output_item.done", output_index=index, item=item),
+        ]
+
+    # -- function calls ----------------------------------------------------------------------------
+    def _call_delta(self, index: int, call: Mapping[str, Any]) -> list[Event]:
+        fn = call.get("function") or {}
+        out: list[Event] = []
+        item = self._calls.get(index)
+        if item is None:
+            out += self._close_text() + self._close_call()
+            call_id = str(call.get("id") or new_id("call"))
+            item = function_item(call_id, str(fn.get("name") or ""), "", status="in_progress")
+            self._calls[index] = item
+            self._open_call = index
+            self.output.append(item)
+            out.append(self.event("response.output_item.added", output_index=len(self.output) - 1, item=dict(item)))
+        elif fn.get("name") and item["status"] == "in_progress":
+            item["name"] += fn["name"]
+        if (args := fn.get("arguments")) and item["status"] == "in_progress":
+            item["arguments"] += args
+            out.append(
+                self.event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=self.output.index(item),
+                    delta=args,
+                )
+            )
+        return out
+
+    def _close_call(self) -> list[Event]:
+        if self._open_call is None:
+            return []
+        item = self._calls[self._open_call]
+        self._open_call = None
+        item["status"] = "completed"
+        index = self.output.index(item)
+        return [
+            self.event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                name=item["name"],
+                arguments=item["arguments"],
+            ),
+            self.event("response.output_item.done", output_index=index, item=item),
+        ]

@@ -1,0 +1,149 @@
+"""One Responses request, whatever the transport: resolve → translate → pipeline → events → remember.
+
+    previous(request, *caches)         the `Stored` history its `previous_response_id` names, or 400
+    prepare(request, headers, prev)    → Turn: the chat body as a `Call`, the new messages, the session
+    complete(router, turn, save)       → (trace, Response object)          non-streaming
+    events(turn, trace, chunks, save)  → Responses events of a pipeline stream (`event_builder(turn)` makes
+                                       the builder when the caller sends `response.created` itself)
+    warm_up(turn, save)                → created + completed events of `generate: false`
+
+The pipeline does routing, validation, escalation and recording; nothing here repeats it. `save`
+receives the history through this response before its final event is sent, so a client that sends
+its next request the moment it sees `response.completed` finds the state there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from router import pipeline
+from router.call import SESSION_HEADER, Call, session_of
+from router.errors import BadRequest, RouterError
+from router.escalation import Trace
+from router.policy.decide import features_of
+from router.responses.events import Event, EventBuilder
+from router.responses.state import ResponseCache, Stored, stored
+from router.responses.translate import assistant_message, chat_body, new_id, output_items, response_object
+from router.upstream.base import Chunk
+
+if TYPE_CHECKING:
+    from router.app import Router
+
+log = logging.getLogger("router.responses")
+
+Save = Callable[[Stored], None]
+
+
+class PreviousResponseNotFound(BadRequest):
+    code = "previous_response_not_found"
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    request: Mapping[str, Any]  # the Responses body as the client sent it
+    id: str
+    created_at: int
+    call: Call
+    history: tuple[dict[str, Any], ...]  # messages of the previous response's chain
+    new: list[dict[str, Any]]  # messages this request's input adds
+
+    def remember(self, output: list[dict[str, Any]]) -> Stored:
+        answer = assistant_message(output)
+        return stored(self.history, [*self.new, answer] if answer else self.new, self.call.session)
+
+    @property
+    def store(self) -> bool:
+        return self.request.get("store") is not False
+
+
+def previous(request: Mapping[str, Any], *caches: ResponseCache) -> Stored | None:
+    prev = request.get("previous_response_id")
+    if prev is None:
+        return None
+    if not isinstance(prev, str) or not prev:
+        raise BadRequest("'previous_response_id' must be a string.", param="previous_response_id")
+    for cache in caches:
+        if (entry := cache.get(prev)) is not None:
+            return entry
+    raise PreviousResponseNotFound(
+        f"Previous response with id {prev[:100]!r} not found (unknown, expired, or stored with store=false "
+        "on another connection); send the full input without previous_response_id.",
+        param="previous_response_id",
+    )
+
+
+def prepare(request: Mapping[str, Any], headers: Mapping[str, str], prev: Stored | None, *, stream: bool) -> Turn:
+    history = prev.messages if prev is not None else ()
+    body, new = chat_body(request, history, stream=stream)
+    # the header, else the chain's first response's, else (a first response) `user` or a hash of the opening
+    session = session_of(body, headers) if headers.get(SESSION_HEADER) or prev is None else prev.session
+    call = Call(body, headers, features_of(body, headers), session)
+    return Turn(request, new_id("resp"), int(time.time()), call, history, new)
+
+
+async def complete(router: Router, turn: Turn, save: Save) -> tuple[Trace, dict[str, Any]]:
+    trace, reply = await pipeline.complete(router, turn.call)
+    choices = reply.data.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    output = output_items(choice.get("message") or {})
+    response = response_object(
+        turn.request,
+        turn.id,
+        turn.created_at,
+        status="completed",
+        output=output,
+        model=reply.data.get("model"),
+        usage=reply.data.get("usage"),
+        finish_reason=choice.get("finish_reason"),
+    )
+    save(turn.remember(output))
+    return trace, response
+
+
+def event_builder(turn: Turn) -> EventBuilder:
+    return EventBuilder(turn.request, turn.id, turn.created_at)
+
+
+async def events(
+    turn: Turn, trace: Trace, chunks: AsyncIterator[Chunk], save: Save, started: EventBuilder | None = None
+) -> AsyncGenerator[Event, None]:
+    """The events of one streamed response; `started`: a builder whose `start()` events were sent
+    already. The chunk stream is closed however this ends (closing the pipeline's generator closes
+    the upstream connection mid-answer)."""
+    b = started
+    if b is None:
+        b = event_builder(turn)
+        for ev in b.start():
+            yield ev
+    try:
+        async for chunk in chunks:
+            for ev in b.feed(chunk.data):
+                yield ev
+    except RouterError as exc:
+        yield b.error(exc)
+        return
+    except Exception as exc:  # no traceback: it could carry request data or upstream details
+        log.error("unexpected %s while streaming response %s", type(exc).__name__, turn.id)
+        yield b.error(RouterError("The router failed unexpectedly; the error was logged."))
+        return
+    finally:
+        if (aclose := getattr(chunks, "aclose", None)) is not None:
+            await aclose()
+    for ev in b.close():
+        yield ev
+    save(turn.remember(b.output))
+    yield b.final(router=orjson.loads(trace.summary()))
+
+
+def warm_up(turn: Turn, save: Save) -> list[Event]:
+    """`generate: false`: remember the input as a response of its own, call no model."""
+    save(turn.remember([]))
+    b = event_builder(turn)
+    created = b.event("response.created", response=b.response("in_progress"))
+    return [created, b.event("response.completed", response=b.response("completed"))]

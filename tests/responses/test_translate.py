@@ -1,0 +1,262 @@
+"""Translation between Responses items and chat messages, the event builder, the history cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from router.errors import BadRequest, ForbiddenField
+from router.responses.events import EventBuilder
+from router.responses.state import ResponseCache, stored
+from router.responses.translate import (
+    assistant_message,
+    chat_body,
+    chat_tool_choice,
+    chat_tools,
+    input_messages,
+    items_of,
+    output_items,
+)
+from router.responses.turn import PreviousResponseNotFound, prepare, previous
+from tests.responses.conftest import CALL_ITEM, TEXT_ITEM, WEATHER, assert_order
+
+LOOP_ITEMS: list[dict[str, Any]] = [
+    {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "Be brief."}]},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris and Rome?"}]},
+    {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+    {"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": '{"city":"Rome"}'},
+    {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+    {"type": "function_call_output", "call_id": "c2", "output": "rain"},
+]
+LOOP_MESSAGES: list[dict[str, Any]] = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris and Rome?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}},
+            {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Rome"}'}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    {"role": "tool", "tool_call_id": "c2", "content": "rain"},
+]
+
+
+def strip_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Items without the fields a round trip regenerates (item ids, statuses, part extras)."""
+    out = []
+    for item in items:
+        item = {k: v for k, v in item.items() if k not in ("id", "status")}
+        if "content" in item and isinstance(item["content"], list):
+            item["content"] = [{k: p[k] for k in ("type", "text") if k in p} for p in item["content"]]
+        out.append(item)
+    return out
+
+
+def test_items_to_messages_tool_loop() -> None:
+    assert input_messages(LOOP_ITEMS) == LOOP_MESSAGES
+
+
+def test_items_messages_round_trip() -> None:
+    assert strip_ids(items_of(input_messages(LOOP_ITEMS))) == strip_ids(LOOP_ITEMS)
+    assert input_messages(items_of(LOOP_MESSAGES)) == LOOP_MESSAGES
+
+
+def test_string_input_roles_and_parts() -> None:
+    assert input_messages("hi") == [{"role": "user", "content": "hi"}]
+    msgs = input_messages(
+        [
+            {"role": "developer", "content": "rules"},  # an easy message: no `type`
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}],
+            },
+            {"role": "user", "content": [{"type": "input_image", "image_url": "data:x", "detail": "low"}]},
+            {"type": "reasoning", "summary": []},
+        ]
+    )
+    assert msgs == [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "ab"},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:x", "detail": "low"}}]},
+    ]
+
+
+def test_assistant_text_then_calls_is_one_message() -> None:
+    items = [
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+    ]
+    [msg] = input_messages(items)
+    assert msg["content"] == "Checking." and [c["id"] for c in msg["tool_calls"]] == ["c1"]
+    assert assistant_message(output_items(msg)) == msg
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [{"type": "item_reference", "id": "x"}],
+        [{"type": "message", "role": "robot", "content": "x"}],
+        [{"type": "function_call", "name": "f", "arguments": "{}"}],  # no call_id
+        [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}],
+        {"not": "a list"},
+    ],
+)
+def test_bad_items_are_400(bad: Any) -> None:
+    with pytest.raises(BadRequest):
+        input_messages(bad)
+
+
+def test_tools_and_tool_choice() -> None:
+    assert chat_tools([WEATHER]) == [
+        {
+            "type": "function",
+            "function": {k: WEATHER[k] for k in ("name", "description", "parameters")},
+        }
+    ]
+    chat_shaped = {"type": "function", "function": {"name": "f"}}
+    assert chat_tools([chat_shaped]) == [chat_shaped]
+    with pytest.raises(BadRequest) as err:
+        chat_tools([{"type": "web_search"}])
+    assert err.value.param == "tools[0]"
+    assert chat_tool_choice({"type": "function", "name": "f"}) == {"type": "function", "function": {"name": "f"}}
+    assert chat_tool_choice("required") == "required"
+    assert chat_tool_choice({"type": "allowed_tools", "mode": "auto", "tools": []}) == "auto"
+    with pytest.raises(BadRequest):
+        chat_tool_choice({"type": "web_search"})
+
+
+def test_chat_body_fields() -> None:
+    request = {
+        "model": "auto",
+        "instructions": "Be brief.",
+        "input": "hi",
+        "tools": [WEATHER],
+        "tool_choice": {"type": "function", "name": "get_weather"},
+        "max_output_tokens": 50,
+        "temperature": 0.2,
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+        "metadata": {"k": "v"},
+        "text": {"format": {"type": "json_schema", "name": "w", "schema": {"type": "object"}, "strict": True}},
+        "reasoning": {"effort": "low"},
+        "seed": 7,  # not a Responses field: passes through like on the chat transport
+    }
+    history = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "ok"}]
+    body, new = chat_body(request, history, stream=True)
+    assert body["messages"] == [{"role": "system", "content": "Be brief."}, *history, {"role": "user", "content": "hi"}]
+    assert new == [{"role": "user", "content": "hi"}]
+    assert body["tools"][0]["function"]["name"] == "get_weather"
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert body["max_tokens"] == 50 and body["temperature"] == 0.2 and body["seed"] == 7
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": True},
+    }
+    assert body["reasoning_effort"] == "low" and body["stream"] is True
+    for dropped in ("store", "include", "metadata", "text", "input", "instructions", "max_output_tokens"):
+        assert dropped not in body
+
+
+def test_request_checks() -> None:
+    with pytest.raises(ForbiddenField):
+        chat_body({"model": "auto", "input": "x", "api_base": "http://evil"}, [], stream=False)
+    with pytest.raises(BadRequest) as err:
+        chat_body({"input": "x"}, [], stream=False)
+    assert err.value.param == "model"
+    with pytest.raises(BadRequest):
+        chat_body({"model": "auto"}, [], stream=False)  # nothing to answer
+    with pytest.raises(BadRequest):
+        chat_body({"model": "auto", "input": "x", "conversation": "conv_1"}, [], stream=False)
+
+
+def test_output_items_of_a_reply() -> None:
+    message = {
+        "role": "assistant",
+        "content": "Here.",
+        "tool_calls": [{"id": "c9", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}],
+    }
+    text, call = output_items(message)
+    assert text["type"] == "message" and text["content"][0] == {
+        "type": "output_text",
+        "text": "Here.",
+        "annotations": [],
+        "logprobs": [],
+    }
+    assert call["type"] == "function_call" and call["call_id"] == "c9" and call["id"].startswith("fc_")
+    assert assistant_message([text, call]) == message
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"id": "c", "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+
+def test_event_builder_text_then_call() -> None:
+    b = EventBuilder({"model": "auto"}, "resp_1", 0)
+    events = b.start()
+    events += b.feed(chunk({"role": "assistant", "content": "Let me "}))
+    events += b.feed(chunk({"content": "check."}))
+    call = {"index": 0, "id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"ci'}}
+    events += b.feed(chunk({"tool_calls": [call]}))
+    events += b.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'ty":"Paris"}'}}]}))
+    events += b.feed(chunk({}, "tool_calls", usage={"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}))
+    events += b.finish(router={"tier": "fast"})
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    types = [e["type"] for e in events]
+    assert_order(types, f"({TEXT_ITEM}|{CALL_ITEM})")
+    final = events[-1]["response"]
+    assert events[-1]["router"] == {"tier": "fast"}
+    assert [i["type"] for i in final["output"]] == ["message", "function_call"]
+    assert final["output"][0]["content"][0]["text"] == "Let me check."
+    assert final["output"][1]["arguments"] == '{"city":"Paris"}' and final["output"][1]["status"] == "completed"
+    assert final["usage"]["input_tokens"] == 3 and final["usage"]["output_tokens"] == 4
+    done = next(e for e in events if e["type"] == "response.function_call_arguments.done")
+    assert done["name"] == "get_weather" and done["arguments"] == '{"city":"Paris"}'
+
+
+def test_event_builder_length_is_incomplete() -> None:
+    b = EventBuilder({"model": "auto"}, "resp_1", 0)
+    b.start()
+    b.feed(chunk({"content": "cut"}, "length"))
+    last = b.finish()[-1]
+    assert last["type"] == "response.incomplete"
+    assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_cache_is_bounded_lru() -> None:
+    cache = ResponseCache(max_entries=2)
+    for rid in ("a", "b"):
+        cache.put(rid, stored([], [{"role": "user", "content": rid}], "s"))
+    assert cache.get("a") is not None  # a is now the most recent
+    cache.put("c", stored([], [], "s"))
+    assert "b" not in cache and "a" in cache and "c" in cache and cache.evicted == 1
+    by_bytes = ResponseCache(max_entries=100, max_bytes=100)
+    for i in range(10):
+        by_bytes.put(str(i), stored([], [{"role": "user", "content": "x" * 30}], "s"))
+    assert 0 < by_bytes.bytes <= 100 and "9" in by_bytes and "0" not in by_bytes
+
+
+def test_chain_keeps_its_session_and_history() -> None:
+    first = prepare({"model": "auto", "input": "hello"}, {}, None, stream=False)
+    entry = first.remember(
+        [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}]
+    )
+    cache = ResponseCache(10)
+    cache.put(first.id, entry)
+    follow = {"model": "auto", "input": "and then?", "previous_response_id": first.id}
+    second = prepare(follow, {}, previous(follow, cache), stream=False)
+    assert second.call.session == first.call.session
+    assert second.call.body["messages"] == [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "hi"},
+        {"role": "user", "content": "and then?"},
+    ]
+    with_header = prepare(follow, {"x-session-id": "mine"}, previous(follow, cache), stream=False)
+    assert with_header.call.session == "mine"
+    with pytest.raises(PreviousResponseNotFound) as err:
+        previous({"previous_response_id": "resp_gone"}, cache)
+    assert err.value.code == "previous_response_not_found" and err.value.http_status == 400
