@@ -25,7 +25,8 @@ from starlette.routing import Route, WebSocketRoute
 
 from router.adaptive import AdaptiveState
 from router.api import admin, chat, error_response, responses, responses_ws
-from router.errors import Unauthorized, UnknownPath
+from router.errors import Overloaded, Unauthorized, UnknownPath
+from router.escalation import Trace
 from router.metrics import Metrics
 from router.policy.model import Policy
 from router.policy.watch import PolicyHolder, watch
@@ -75,6 +76,17 @@ class Router:
         if not any(hmac.compare_digest(given.encode(), k.encode()) for k in keys):
             self.metrics.refused.labels("unauthorized").inc()
             raise Unauthorized("A valid API key is required (Authorization: Bearer <key>).")
+
+    def admit(self) -> None:
+        """Refuse (503, Retry-After) when too many calls are in flight."""
+        if self.inflight >= self.settings.max_concurrency:
+            self.metrics.refused.labels("overloaded").inc()
+            raise Overloaded("Too many calls in flight; retry shortly.")
+
+    def observe(self, trace: Trace, ttft: float | None) -> None:
+        """Count a served call: its final tier and route, time to first byte and in total."""
+        elapsed = asyncio.get_running_loop().time() - trace.started
+        self.metrics.observe_call(trace.tier, trace.route, trace.escalated, ttft or elapsed, elapsed)
 
     async def apply(self, policy: Policy) -> None:
         await self.upstreams.apply(policy)

@@ -13,7 +13,7 @@ from starlette.responses import Response, StreamingResponse
 from router import pipeline
 from router.api import endpoint, lower_headers, read_body, router_of
 from router.call import chat_call
-from router.errors import Overloaded, RouterError
+from router.errors import RouterError
 from router.escalation import Trace
 from router.upstream.base import Chunk
 
@@ -27,9 +27,7 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 async def completions(request: Request) -> Response:
     router = router_of(request)
     router.authorize(request)
-    if router.inflight >= router.settings.max_concurrency:
-        router.metrics.refused.labels("overloaded").inc()
-        raise Overloaded("Too many calls in flight; retry shortly.")
+    router.admit()
     router.inflight += 1
     streaming = False
     try:
@@ -41,7 +39,7 @@ async def completions(request: Request) -> Response:
             headers = {**SSE_HEADERS, **trace.headers()}
             return StreamingResponse(_observed(router, trace, chunks), media_type="text/event-stream", headers=headers)
         trace, reply = await pipeline.complete(router, call)
-        _observe(router, trace, None)
+        router.observe(trace, None)
         return Response(reply.raw or orjson.dumps(reply.data), headers=trace.headers(), media_type="application/json")
     finally:
         if not streaming:
@@ -61,11 +59,6 @@ async def _observed(router: Router, trace: Trace, chunks: AsyncIterator[Chunk]) 
         return
     finally:
         router.inflight -= 1
-        _observe(router, trace, ttft)
+        router.observe(trace, ttft)
     yield b": router " + trace.summary() + b"\n\n"
     yield b"data: [DONE]\n\n"
-
-
-def _observe(router: Router, trace: Trace, ttft: float | None) -> None:
-    elapsed = asyncio.get_running_loop().time() - trace.started
-    router.metrics.observe_call(trace.tier, trace.route, trace.escalated, ttft or elapsed, elapsed)

@@ -23,7 +23,6 @@ from starlette.responses import Response, StreamingResponse
 from router import pipeline
 from router.api import endpoint, lower_headers, read_body, router_of
 from router.call import parse_body
-from router.errors import Overloaded
 from router.escalation import Trace
 from router.responses import turn as turns
 from router.responses.events import Event
@@ -40,7 +39,7 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 async def create(request: Request) -> Response:
     router = router_of(request)
     router.authorize(request)
-    admit(router)
+    router.admit()
     router.inflight += 1
     streaming = False
     try:
@@ -60,23 +59,11 @@ async def create(request: Request) -> Response:
             headers = {**SSE_HEADERS, **trace.headers()}
             return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
         trace, response = await turns.complete(router, turn, save)
-        observe(router, trace, None)
+        router.observe(trace, None)
         return Response(orjson.dumps(response), headers=trace.headers(), media_type="application/json")
     finally:
         if not streaming:
             router.inflight -= 1
-
-
-def admit(router: Router) -> None:
-    """Refuse (503) when too many calls are in flight, as the chat transport does."""
-    if router.inflight >= router.settings.max_concurrency:
-        router.metrics.refused.labels("overloaded").inc()
-        raise Overloaded("Too many calls in flight; retry shortly.")
-
-
-def observe(router: Router, trace: Trace, ttft: float | None) -> None:
-    elapsed = asyncio.get_running_loop().time() - trace.started
-    router.metrics.observe_call(trace.tier, trace.route, trace.escalated, ttft or elapsed, elapsed)
 
 
 def sse_frame(event: Event) -> bytes:
@@ -92,4 +79,4 @@ async def _sse(router: Router, trace: Trace, events: AsyncGenerator[Event, None]
         yield b": router " + trace.summary() + b"\n\n"
     finally:
         router.inflight -= 1
-        observe(router, trace, ttft)
+        router.observe(trace, ttft)

@@ -34,7 +34,6 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from router import pipeline
 from router.api import error_response
-from router.api.responses import admit, observe
 from router.errors import BadRequest, InvalidJSON, RouterError, Unauthorized
 from router.responses import turn as turns
 from router.responses.events import Event, error_event
@@ -176,7 +175,7 @@ class Connection:
     async def _respond(self, turn: turns.Turn, save: turns.Save) -> None:
         router = self.router
         try:
-            admit(router)
+            router.admit()
         except RouterError as exc:
             await self.send(error_event(exc))
             return
@@ -202,6 +201,6 @@ class Connection:
                     async for ev in stream:
                         await self.send(ev)
             finally:
-                observe(router, trace, ttft)
+                router.observe(trace, ttft)
         finally:
             router.inflight -= 1

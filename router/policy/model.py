@@ -16,17 +16,6 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-MISTAKE_KINDS = (
-    "invalid_json",
-    "unknown_tool",
-    "schema_violation",
-    "missing_tool_call",
-    "text_tool_call",
-    "empty_response",
-    "upstream_error",
-    "timeout",
-    "agent_reported_error",
-)
 MistakeKind = Literal[
     "invalid_json",
     "unknown_tool",
@@ -38,6 +27,7 @@ MistakeKind = Literal[
     "timeout",
     "agent_reported_error",
 ]
+MISTAKE_KINDS: tuple[MistakeKind, ...] = typing.get_args(MistakeKind)
 # every kind but agent_reported_error, which is only known after the answer was delivered
 _ESCALATE_ON_BY_DEFAULT: tuple[MistakeKind, ...] = tuple(
     k for k in typing.get_args(MistakeKind) if k != "agent_reported_error"
