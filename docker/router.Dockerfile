@@ -1,0 +1,16 @@
+# The agent-router proxy. Build context: the repository root (see .dockerignore).
+#   docker build -f docker/router.Dockerfile -t agent-router .
+FROM python:3.11-slim
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY router ./router
+RUN pip install . \
+ && useradd --system --home-dir /app router \
+ && mkdir -p /app/.agent-router \
+ && chown router /app/.agent-router
+COPY policies ./policies
+USER router
+EXPOSE 8080
+ENTRYPOINT ["agent-router"]
+CMD ["serve", "--policy", "/app/policies/compose.yaml", "--host", "0.0.0.0", "--port", "8080"]
