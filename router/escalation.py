@@ -197,6 +197,7 @@ class Trace:
             "x-router-route": self.route,
             "x-router-escalated": "true" if self.escalated else "false",
             "x-router-mistakes": ",".join(self.mistakes),
+            "x-router-repaired": "true" if self.repaired else "false",
         }
 
     def summary(self) -> bytes:

@@ -55,7 +55,9 @@ async def stream(router: Router, call: Call) -> tuple[Trace, AsyncIterator[Chunk
     HTTP error is still possible); later ones raise from the iterator (the transport frames them)."""
     trace = await begin(router, call)
     chunks = _joined(router, trace)
-    first = await anext(chunks, None)  # None: the answer had no chunk at all (an empty stream)
+    first = await anext(chunks, None)
+    if first is None:  # not one chunk from any tier: nothing the client could read as an answer
+        raise UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
     return trace, _prepend(first, chunks)
 
 
@@ -114,8 +116,7 @@ async def _hedged(trace: Trace, tier: str, attempt: Callable[[str], AsyncIterato
     return items
 
 
-async def _prepend(first: Chunk | None, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-    if first is not None:
-        yield first
+async def _prepend(first: Chunk, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    yield first
     async for chunk in rest:
         yield chunk

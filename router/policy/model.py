@@ -58,6 +58,9 @@ class Tier(Strict):
     params: dict[str, Any] = Field(
         default_factory=dict, description="body fields set on every request to this tier (e.g. temperature)"
     )
+    defaults: dict[str, Any] = Field(
+        default_factory=dict, description="body fields set on requests to this tier that do not carry them"
+    )
 
     @property
     def provider(self) -> str:

@@ -45,7 +45,9 @@ class LitellmUpstream:
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
             raise UpstreamTimeout(f"tier {self.tier!r}: no time left before the call's deadline", tier=self.tier)
-        kwargs = {k: v for k, v in body.items() if k not in ("model", "stream", "stream_options")}
+        kwargs = {**self.config.defaults, **body}
+        for owned in ("model", "stream", "stream_options"):
+            kwargs.pop(owned, None)
         kwargs.update(self.config.params)
         kwargs.update(
             model=self.config.model,

@@ -71,7 +71,9 @@ class OpenAICompatUpstream:
             self._session = None
 
     def _payload(self, body: dict[str, Any], stream: bool) -> bytes:
-        out = {**body, **self.config.params, "model": self.config.upstream_model}
+        out = {**self.config.defaults, **body, **self.config.params, "model": self.config.upstream_model}
+        if "tool_choice" not in body and not body.get("tools"):
+            out.pop("tool_choice", None)  # a default tool_choice means nothing, and is an error, without tools
         if stream:
             out["stream"] = True
         else:
@@ -149,13 +151,14 @@ class OpenAICompatUpstream:
             if not isinstance(exc, Exception):
                 raise
             self._fail(exc)
+        heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
         try:
             async with resp:
                 event = first
                 while event is not None:
                     if event == _DONE:
                         return
-                    yield self._chunk(event)
+                    yield _without_repeated_heads(self._chunk(event), heads)
                     event = await anext(events, None)
         except Exception as exc:
             self._fail(exc)
@@ -173,6 +176,32 @@ class OpenAICompatUpstream:
             message = redact(str((data.get("error") or {}).get("message", ""))[:300], self._secrets)
             raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)
         return Chunk(data, raw)
+
+
+def _without_repeated_heads(chunk: Chunk, heads: dict[int, str]) -> Chunk:
+    """OpenAI sends a tool call's id and name once, in its first delta; some servers (llama.cpp's
+    Python server) repeat them in every delta, which clients would concatenate into `namename…`.
+    Drop the repeats so that everything downstream sees standard deltas."""
+    choices = chunk.data.get("choices")
+    if not choices or not isinstance(choices[0], dict):
+        return chunk
+    calls = (choices[0].get("delta") or {}).get("tool_calls")
+    if not calls:
+        return chunk
+    changed = False
+    for tc in calls:
+        if not isinstance(tc, dict) or not (call_id := tc.get("id")):
+            continue
+        index = tc.get("index", 0)
+        if heads.get(index) == call_id:
+            tc.pop("id")
+            tc.pop("type", None)
+            if isinstance(fn := tc.get("function"), dict):
+                fn.pop("name", None)
+            changed = True
+        else:
+            heads[index] = call_id
+    return Chunk(chunk.data, None) if changed else chunk
 
 
 async def _sse_events(content: aiohttp.StreamReader) -> AsyncGenerator[bytes, None]:

@@ -1,0 +1,102 @@
+"""The OpenAI-compatible tier client against real servers: body shaping and stream normalisation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+from aiohttp import web
+
+from router.policy.model import Tier
+from router.upstream.fake import FakeConfig
+from router.upstream.openai_compat import OpenAICompatUpstream
+from tests.api.helpers import fake_requests
+
+CALL_ID = "call_1"
+
+
+def repeating_heads_app() -> web.Application:
+    """Streams one tool call the way llama.cpp's Python server does: id and name in every delta."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for part in ('{"city": ', '"Paris"', "}"):
+            delta = {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": CALL_ID,
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": part},
+                    }
+                ]
+            }
+            chunk = {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+            await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+@pytest.fixture
+async def repeating() -> AsyncIterator[str]:
+    runner = web.AppRunner(repeating_heads_app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    await runner.cleanup()
+
+
+async def test_repeated_tool_call_heads_are_dropped(repeating: str) -> None:
+    up = OpenAICompatUpstream("fast", Tier(model="openai/m", api_base=repeating, warm_connections=0))
+    await up.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        body = {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
+        deltas = [c.data["choices"][0]["delta"]["tool_calls"][0] async for c in up.stream(body, deadline)]
+    finally:
+        await up.close()
+    assert [d.get("id") for d in deltas] == [CALL_ID, None, None]
+    name = "".join(d["function"].get("name", "") for d in deltas)
+    args = "".join(d["function"]["arguments"] for d in deltas)
+    assert (name, orjson.loads(args)) == ("get_weather", {"city": "Paris"})
+
+
+async def test_params_override_and_defaults_fill_in(start_fake_) -> None:
+    fake = await start_fake_(FakeConfig(seed=1))
+    tier = Tier(
+        model="openai/up-model",
+        api_base=fake.url,
+        warm_connections=0,
+        params={"temperature": 0},
+        defaults={"tool_choice": "auto", "max_tokens": 64},
+    )
+    up = OpenAICompatUpstream("fast", tier)
+    await up.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+        await up.complete(
+            {
+                "model": "x",
+                "messages": [{"role": "user", "content": "a"}],
+                "temperature": 1,
+                "max_tokens": 8,
+                "tools": tools,
+            },
+            deadline,
+        )
+        await up.complete({"model": "x", "messages": [{"role": "user", "content": "b"}]}, deadline)
+    finally:
+        await up.close()
+    with_tools, plain = [r["body"] for r in await fake_requests(fake.url)]
+    assert (with_tools["model"], with_tools["temperature"], with_tools["max_tokens"]) == ("up-model", 0, 8)
+    assert with_tools["tool_choice"] == "auto"
+    assert plain["max_tokens"] == 64 and "tool_choice" not in plain  # a default tool_choice needs tools
