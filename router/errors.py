@@ -45,6 +45,13 @@ def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
     return text
 
 
+def upstream_text(text: str, secrets: tuple[str, ...] = (), limit: int = 300) -> str:
+    """What of an upstream's error text may be shown: its first line, never a traceback, redacted."""
+    text = text.split("Traceback (most recent call last)", 1)[0]
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return redact(first[:limit], secrets)
+
+
 class RouterError(Exception):
     status: ClassVar[int] = 500
     type: ClassVar[str] = "api_error"

@@ -13,7 +13,7 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
-from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, redact
+from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
 from router.policy.model import Tier
 from router.upstream.base import Chunk, Reply
 
@@ -68,7 +68,7 @@ class LitellmUpstream:
         if isinstance(exc, TimeoutError) or (lit is not None and isinstance(exc, lit.Timeout)):
             raise UpstreamTimeout(f"tier {self.tier!r} timed out", tier=self.tier) from None
         status = getattr(exc, "status_code", None)
-        message = redact(str(getattr(exc, "message", "") or "")[:300], self._secrets)
+        message = upstream_text(str(getattr(exc, "message", "") or ""), self._secrets)
         if isinstance(status, int) and status >= 400:
             raise UpstreamStatus(
                 f"tier {self.tier!r} answered HTTP {status}: {message}", tier=self.tier, upstream_status=status

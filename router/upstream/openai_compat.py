@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import aiohttp
 import orjson
 
-from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, redact
+from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
 from router.policy.model import Tier
 from router.upstream.base import Chunk, Reply
 
@@ -105,7 +105,7 @@ class OpenAICompatUpstream:
             message = str(orjson.loads(raw)["error"]["message"])
         except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
             message = raw.decode("utf-8", "replace")
-        message = redact(message[:500], self._secrets)
+        message = upstream_text(message, self._secrets)
         raise UpstreamStatus(
             f"tier {self.tier!r} answered HTTP {resp.status}: {message}",
             tier=self.tier,
@@ -173,7 +173,7 @@ class OpenAICompatUpstream:
         if not isinstance(data, dict):
             raise UpstreamError(f"tier {self.tier!r} sent a non-object SSE event", tier=self.tier)
         if "error" in data and "choices" not in data:
-            message = redact(str((data.get("error") or {}).get("message", ""))[:300], self._secrets)
+            message = upstream_text(str((data.get("error") or {}).get("message", "")), self._secrets)
             raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)
         return Chunk(data, raw)
 

@@ -9,10 +9,12 @@ import orjson
 import pytest
 from aiohttp import web
 
+from router.errors import upstream_text
 from router.policy.model import Tier
 from router.upstream.fake import FakeConfig
 from router.upstream.openai_compat import OpenAICompatUpstream
-from tests.api.helpers import fake_requests
+from tests.api.helpers import fake_requests, post
+from tests.conftest import policy_text
 
 CALL_ID = "call_1"
 
@@ -100,3 +102,38 @@ async def test_params_override_and_defaults_fill_in(start_fake_) -> None:
     assert (with_tools["model"], with_tools["temperature"], with_tools["max_tokens"]) == ("up-model", 0, 8)
     assert with_tools["tool_choice"] == "auto"
     assert plain["max_tokens"] == 64 and "tool_choice" not in plain  # a default tool_choice needs tools
+
+
+def traceback_app() -> web.Application:
+    """An upstream whose 500 carries a Python traceback in its error message."""
+
+    async def chat(request: web.Request) -> web.Response:
+        message = 'model crashed\nTraceback (most recent call last):\n  File "/srv/secret_app.py", line 9\nKeyError'
+        return web.json_response({"error": {"message": message, "type": "server_error"}}, status=500)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+async def test_upstream_tracebacks_never_reach_the_client(proxy_) -> None:
+    runner = web.AppRunner(traceback_app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+        proxy = await proxy_(policy_text(url, extra="escalation: {max_attempts: 1}\n"))
+        raw = await post(
+            proxy.url + "/chat/completions", {"model": "auto", "messages": [{"role": "user", "content": "x"}]}
+        )
+    finally:
+        await runner.cleanup()
+    message = orjson.loads(raw.body)["error"]["message"]
+    assert raw.status == 502 and "model crashed" in message
+    assert "Traceback" not in message and "secret_app" not in message
+
+
+def test_upstream_text_keeps_one_clean_line() -> None:
+    text = "litellm.APIConnectionError: boom\nTraceback (most recent call last):\n  File x\nsk-abcdefghijklmnop"
+    assert upstream_text(text) == "litellm.APIConnectionError: boom"
+    assert upstream_text("key sk-abcdefghijklmnop bad", ("zzz",)) == "key [redacted] bad"
