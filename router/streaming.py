@@ -57,6 +57,7 @@ class Gate:
             if not kept:
                 return []
             chunk = _with(chunk, delta=kept, finish_reason=None)
+        chunk.more = False  # what follows may be held: never make the transport wait for it
         self._held.append(chunk)  # role-only openers wait for the first text that may be sent
         if text and self._suspect is None and text.strip():
             self._suspect = self.hold_text and text.lstrip().startswith(_SUSPECT_OPENERS)
@@ -100,6 +101,8 @@ class Gate:
             out.append(self._synth({"tool_calls": calls}))
         out += self._tail
         self._tail = []
+        for i, chunk in enumerate(out):  # released together: one write
+            chunk.more = i < len(out) - 1
         return out
 
     def _synth(self, delta: dict[str, Any]) -> Chunk:

@@ -50,15 +50,17 @@ async def _observed(router: Router, trace: Trace, chunks: AsyncIterator[Chunk]) 
     """SSE frames of the chunks, then the trailer; an error after the first byte becomes an error
     frame. The call is counted when the stream ends, however it ends."""
     ttft = asyncio.get_running_loop().time() - trace.started
+    pending: list[bytes] = []  # frames of events that arrived together go out in one write
     try:
         async for chunk in chunks:
-            yield b"data: " + (chunk.raw if chunk.raw is not None else orjson.dumps(chunk.data)) + b"\n\n"
+            pending += (b"data: ", chunk.raw if chunk.raw is not None else orjson.dumps(chunk.data), b"\n\n")
+            if not chunk.more:
+                yield b"".join(pending)
+                pending.clear()
     except RouterError as exc:
-        yield b"data: " + exc.to_json() + b"\n\n"
-        yield b": router " + trace.summary() + b"\n\n"
+        yield b"".join((*pending, b"data: ", exc.to_json(), b"\n\n", b": router ", trace.summary(), b"\n\n"))
         return
     finally:
         router.inflight -= 1
         router.observe(trace, ttft)
-    yield b": router " + trace.summary() + b"\n\n"
-    yield b"data: [DONE]\n\n"
+    yield b"".join((*pending, b": router ", trace.summary(), b"\n\n", b"data: [DONE]\n\n"))

@@ -24,6 +24,7 @@ class Reply:
 class Chunk:
     data: dict[str, Any]
     raw: bytes | None = None  # the upstream's exact JSON of this SSE event
+    more: bool = False  # the next event was already received (the transport may coalesce writes)
 
 
 class Upstream(Protocol):

@@ -154,12 +154,15 @@ class OpenAICompatUpstream:
         heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
         try:
             async with resp:
-                event = first
-                while event is not None:
+                item = first
+                while item is not None:
+                    event, more = item
                     if event == _DONE:
                         return
-                    yield _without_repeated_heads(self._chunk(event), heads)
-                    event = await anext(events, None)
+                    chunk = _without_repeated_heads(self._chunk(event), heads)
+                    chunk.more = more
+                    yield chunk
+                    item = await anext(events, None)
         except Exception as exc:
             self._fail(exc)
         finally:
@@ -204,17 +207,29 @@ def _without_repeated_heads(chunk: Chunk, heads: dict[int, str]) -> Chunk:
     return Chunk(chunk.data, None) if changed else chunk
 
 
-async def _sse_events(content: aiohttp.StreamReader) -> AsyncGenerator[bytes, None]:
-    """The `data:` payloads of an SSE stream, one per event (multi-line data joined by newlines)."""
+async def _sse_events(content: aiohttp.StreamReader) -> AsyncGenerator[tuple[bytes, bool], None]:
+    """(`data:` payload, more already received) per SSE event, reading whatever has arrived at once."""
     lines: list[bytes] = []
-    async for line in content:
-        line = line.rstrip(b"\r\n")
-        if not line:
-            if lines:
-                yield b"\n".join(lines)
-                lines = []
-        elif line.startswith(b"data:"):
-            lines.append(line[5:].lstrip(b" "))
-        # comments (":"), "event:", "id:" and "retry:" lines carry nothing the router needs
+    rest = b""
+    while True:
+        block = await content.readany()
+        if not block:
+            break
+        parts = (rest + block).split(b"\n")
+        rest = parts.pop()
+        ready: list[bytes] = []
+        for line in parts:
+            line = line.rstrip(b"\r")
+            if not line:
+                if lines:
+                    ready.append(b"\n".join(lines))
+                    lines = []
+            elif line.startswith(b"data:"):
+                lines.append(line[5:].lstrip(b" "))
+        last = len(ready) - 1
+        for i, event in enumerate(ready):
+            yield event, i < last
+    if rest.startswith(b"data:"):
+        lines.append(rest[5:].lstrip(b" "))
     if lines:
-        yield b"\n".join(lines)
+        yield b"\n".join(lines), False
