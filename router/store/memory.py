@@ -2,7 +2,8 @@
 
 Counters live in per-bucket dicts (pruned after `retention`) plus all-time totals, so windowed
 stats read only the buckets of the window. Sessions are an LRU of at most `max_sessions`
-entries, each expiring `session_ttl` seconds after its last write.
+entries, each expiring `session_ttl` seconds after its last write (`Sessions`, shared with the
+SQLite store).
 """
 
 from __future__ import annotations
@@ -37,14 +38,74 @@ class _Session:
     routed: OrderedDict[str, RoutedCall] = field(default_factory=OrderedDict)
 
 
-class MemoryStore:
+class Sessions:
+    """Session state in process memory: an LRU of at most `max_sessions` sessions, each expiring
+    `session_ttl` seconds after its last write. Answers without awaiting anything, which is why the
+    embedded SQLite store keeps its sessions here too; Redis shares them between processes."""
+
+    def __init__(self, options: StoreOptions) -> None:
+        self.options = options
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+
+    def _get(self, session: str) -> _Session | None:
+        s = self._sessions.get(session)
+        if s is not None and s.expires <= time.monotonic():
+            del self._sessions[session]
+            return None
+        return s
+
+    def _touch(self, session: str) -> _Session:
+        now = time.monotonic()
+        # Writes move a session to the end with the latest expiry, so expired ones sit in front.
+        while self._sessions and next(iter(self._sessions.values())).expires <= now:
+            self._sessions.popitem(last=False)
+        s = self._get(session)
+        if s is None:
+            s = self._sessions[session] = _Session(expires=0.0)
+            while len(self._sessions) > self.options.max_sessions:
+                self._sessions.popitem(last=False)
+        self._sessions.move_to_end(session)
+        s.expires = now + self.options.session_ttl
+        return s
+
+    async def sticky_set(self, session: str, tier: str, calls: int) -> None:
+        if calls <= 0:
+            s = self._get(session)
+            if s is not None:
+                s.sticky_tier, s.sticky_left = "", 0
+            return
+        s = self._touch(session)
+        s.sticky_tier, s.sticky_left = tier, calls
+
+    async def sticky_take(self, session: str) -> str | None:
+        s = self._get(session)
+        if s is None or s.sticky_left <= 0:
+            return None
+        s.sticky_left -= 1
+        return s.sticky_tier
+
+    async def routed_put(self, session: str, calls: Sequence[RoutedCall]) -> None:
+        if not calls:
+            return
+        routed = self._touch(session).routed
+        for c in calls:
+            routed.pop(c.call_id, None)
+            routed[c.call_id] = c
+        while len(routed) > self.options.max_routed_per_session:
+            routed.popitem(last=False)
+
+    async def routed_get(self, session: str, call_id: str) -> RoutedCall | None:
+        s = self._get(session)
+        return None if s is None else s.routed.get(call_id)
+
+
+class MemoryStore(Sessions):
     backend = "memory"
 
     def __init__(self, options: StoreOptions | None = None) -> None:
-        self.options = options or StoreOptions()
+        super().__init__(options or StoreOptions())
         self._buckets: dict[int, dict[CounterKey, int]] = {}
         self._totals: dict[CounterKey, int] = {}
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._pruned_at = 0
         self._dropped = 0
 
@@ -104,56 +165,3 @@ class MemoryStore:
         first = bucket_of(since)
         rows = [(b, *k, n) for b, d in self._buckets.items() if b >= first for k, n in d.items()]
         return rebucket(rows, bucket)
-
-    # -- sessions ---------------------------------------------------------------------------
-
-    def _get(self, session: str) -> _Session | None:
-        s = self._sessions.get(session)
-        if s is not None and s.expires <= time.monotonic():
-            del self._sessions[session]
-            return None
-        return s
-
-    def _touch(self, session: str) -> _Session:
-        now = time.monotonic()
-        # Writes move a session to the end with the latest expiry, so expired ones sit in front.
-        while self._sessions and next(iter(self._sessions.values())).expires <= now:
-            self._sessions.popitem(last=False)
-        s = self._get(session)
-        if s is None:
-            s = self._sessions[session] = _Session(expires=0.0)
-            while len(self._sessions) > self.options.max_sessions:
-                self._sessions.popitem(last=False)
-        self._sessions.move_to_end(session)
-        s.expires = now + self.options.session_ttl
-        return s
-
-    async def sticky_set(self, session: str, tier: str, calls: int) -> None:
-        if calls <= 0:
-            s = self._get(session)
-            if s is not None:
-                s.sticky_tier, s.sticky_left = "", 0
-            return
-        s = self._touch(session)
-        s.sticky_tier, s.sticky_left = tier, calls
-
-    async def sticky_take(self, session: str) -> str | None:
-        s = self._get(session)
-        if s is None or s.sticky_left <= 0:
-            return None
-        s.sticky_left -= 1
-        return s.sticky_tier
-
-    async def routed_put(self, session: str, calls: Sequence[RoutedCall]) -> None:
-        if not calls:
-            return
-        routed = self._touch(session).routed
-        for c in calls:
-            routed.pop(c.call_id, None)
-            routed[c.call_id] = c
-        while len(routed) > self.options.max_routed_per_session:
-            routed.popitem(last=False)
-
-    async def routed_get(self, session: str, call_id: str) -> RoutedCall | None:
-        s = self._get(session)
-        return None if s is None else s.routed.get(call_id)

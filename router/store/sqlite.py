@@ -5,7 +5,11 @@ never blocks on disk and no connection is shared between threads. `record()` onl
 in-memory buffer (see buffer.py); the flusher UPSERTs aggregated batches, each in one
 transaction (atomic, so a failed batch is simply retried). Bucket rows older than `retention`
 are pruned; all-time totals live in their own table. Several processes may share one file
-(WAL + busy timeout); sessions then are shared too.
+(WAL + busy timeout) and then share their counters.
+
+Session state (sticky sessions, routed tool calls) stays in process memory (`memory.Sessions`): it
+is read on every call and lives for minutes, so a thread hop and a write per call would cost more
+than it is worth — measured +0.3 to +0.7 ms p50 per call. Use Redis to share it between processes.
 """
 
 from __future__ import annotations
@@ -15,14 +19,13 @@ import functools
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from router.store.base import (
     BUCKET_SECONDS,
-    RoutedCall,
     SeriesRow,
     StoreOptions,
     aggregate,
@@ -31,6 +34,7 @@ from router.store.base import (
     window_start,
 )
 from router.store.buffer import Batch, BufferedStore
+from router.store.memory import Sessions
 
 log = logging.getLogger("router.store")
 T = TypeVar("T")
@@ -44,17 +48,7 @@ CREATE TABLE IF NOT EXISTS totals (
   tier TEXT NOT NULL, route TEXT NOT NULL, tool TEXT NOT NULL, kind TEXT NOT NULL,
   n INTEGER NOT NULL, PRIMARY KEY (tier, route, tool, kind)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS sticky (
-  session TEXT PRIMARY KEY, tier TEXT NOT NULL, calls_left INTEGER NOT NULL, expires REAL NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS routed_sessions (session TEXT PRIMARY KEY, expires REAL NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS routed (
-  id INTEGER PRIMARY KEY, session TEXT NOT NULL, call_id TEXT NOT NULL, tier TEXT NOT NULL,
-  route TEXT NOT NULL, tool TEXT NOT NULL, arguments TEXT NOT NULL, UNIQUE (session, call_id)
-);
-CREATE INDEX IF NOT EXISTS routed_recent ON routed (session, id);
-CREATE INDEX IF NOT EXISTS sticky_expiry ON sticky (expires);
-CREATE INDEX IF NOT EXISTS routed_sessions_expiry ON routed_sessions (expires);
+
 """
 UPSERT_BUCKET = (
     "INSERT INTO counters (bucket, tier, route, tool, kind, n) VALUES (?, ?, ?, ?, ?, ?) "
@@ -66,13 +60,13 @@ UPSERT_TOTAL = (
 )
 
 
-class SqliteStore(BufferedStore):
+class SqliteStore(Sessions, BufferedStore):
     backend = "sqlite"
 
-    def __init__(self, path: str | Path, options: StoreOptions | None = None, *, op_timeout: float = 1.0):
-        super().__init__(options)
+    def __init__(self, path: str | Path, options: StoreOptions | None = None):
+        BufferedStore.__init__(self, options)
+        Sessions.__init__(self, self.options)
         self.path = Path(path)
-        self.op_timeout = op_timeout  # a session call gives up (None) after this long
         self._db: sqlite3.Connection | None = None  # touched only on the writer thread
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-router-sqlite")
 
@@ -111,18 +105,6 @@ class SqliteStore(BufferedStore):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, functools.partial(fn, *args))
 
-    async def _session_op(self, what: str, fn: Callable[..., T], *args: Any) -> T | None:
-        """Run a session call on the writer thread; on error or timeout log and answer None."""
-        if not self._session_ok():
-            return None
-        try:
-            return await asyncio.wait_for(self._run(fn, *args), self.op_timeout)
-        except (sqlite3.Error, OSError, TimeoutError) as exc:
-            self._mark_down(exc, what)
-        except Exception as exc:  # e.g. used after close(): still never break a call
-            log.warning("sqlite store %s failed: %s", what, self._describe(exc))
-        return None
-
     # -- BufferedStore hooks ----------------------------------------------------------------
 
     async def _open(self) -> None:
@@ -146,12 +128,6 @@ class SqliteStore(BufferedStore):
         def clean(db: sqlite3.Connection) -> None:
             now = time.time()
             db.execute("DELETE FROM counters WHERE bucket < ?", (bucket_of(now - self.options.retention),))
-            db.execute("DELETE FROM sticky WHERE expires <= ? OR calls_left <= 0", (now,))
-            db.execute(
-                "DELETE FROM routed WHERE session IN (SELECT session FROM routed_sessions WHERE expires <= ?)",
-                (now,),
-            )
-            db.execute("DELETE FROM routed_sessions WHERE expires <= ?", (now,))
 
         await self._run(self._txn, clean)
 
@@ -192,78 +168,3 @@ class SqliteStore(BufferedStore):
         return rebucket(rows, bucket)
 
     # -- sessions ---------------------------------------------------------------------------
-
-    async def sticky_set(self, session: str, tier: str, calls: int) -> None:
-        def put(db: sqlite3.Connection) -> None:
-            if calls <= 0:
-                db.execute("DELETE FROM sticky WHERE session = ?", (session,))
-                return
-            db.execute(
-                "INSERT INTO sticky (session, tier, calls_left, expires) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (session) DO UPDATE SET tier = excluded.tier, "
-                "calls_left = excluded.calls_left, expires = excluded.expires",
-                (session, tier, calls, time.time() + self.options.session_ttl),
-            )
-
-        await self._session_op("sticky_set", self._txn, put)
-
-    async def sticky_take(self, session: str) -> str | None:
-        def take() -> str | None:
-            row = (
-                self._conn()
-                .execute(
-                    "UPDATE sticky SET calls_left = calls_left - 1 "
-                    "WHERE session = ? AND calls_left > 0 AND expires > ? RETURNING tier",
-                    (session, time.time()),
-                )
-                .fetchone()
-            )
-            return None if row is None else str(row[0])
-
-        return await self._session_op("sticky_take", take)
-
-    async def routed_put(self, session: str, calls: Sequence[RoutedCall]) -> None:
-        if not calls:
-            return
-        keep = self.options.max_routed_per_session
-
-        def put(db: sqlite3.Connection) -> None:
-            now = time.time()
-            db.execute(  # an expired session whose rows were not cleaned up yet starts afresh
-                "DELETE FROM routed WHERE session = ? AND session IN "
-                "(SELECT session FROM routed_sessions WHERE session = ? AND expires <= ?)",
-                (session, session, now),
-            )
-            db.execute(
-                "INSERT INTO routed_sessions (session, expires) VALUES (?, ?) "
-                "ON CONFLICT (session) DO UPDATE SET expires = excluded.expires",
-                (session, now + self.options.session_ttl),
-            )
-            db.executemany(
-                "INSERT OR REPLACE INTO routed (session, call_id, tier, route, tool, arguments) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [(session, c.call_id, c.tier, c.route, c.tool, c.arguments) for c in calls],
-            )
-            db.execute(
-                "DELETE FROM routed WHERE session = ? AND id <= "
-                "(SELECT id FROM routed WHERE session = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                (session, session, keep),
-            )
-
-        await self._session_op("routed_put", self._txn, put)
-
-    async def routed_get(self, session: str, call_id: str) -> RoutedCall | None:
-        def get() -> RoutedCall | None:
-            row = (
-                self._conn()
-                .execute(
-                    "SELECT r.tier, r.route, r.tool, r.arguments FROM routed r "
-                    "JOIN routed_sessions s ON s.session = r.session "
-                    "WHERE r.session = ? AND r.call_id = ? AND s.expires > ?",
-                    (session, call_id, time.time()),
-                )
-                .fetchone()
-            )
-            return None if row is None else RoutedCall(call_id, row[0], row[1], row[2], row[3])
-
-        return await self._session_op("routed_get", get)
