@@ -75,12 +75,19 @@ async def test_window_vs_all_time_and_series(make_store: StoreFactory) -> None:
     await store.flush()
 
     all_time = await store.stats()
-    assert all_time["tiers"]["fast"] == {"calls": 3, "mistakes": {"timeout": 2}, "mistake_rate": 0.6667, "escalations": 0}
+    assert all_time["tiers"]["fast"] == {
+        "calls": 3,
+        "mistakes": {"timeout": 2},
+        "mistake_rate": 0.6667,
+        "escalations": 0,
+    }
     assert all_time["tiers"]["full"]["calls"] == 1
     last_10_min = await store.stats(window_seconds=600)
     assert last_10_min["tiers"] == {"fast": {"calls": 3, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0}}
     last_2_h = await store.stats(window_seconds=7200)
-    assert last_2_h["tiers"] == {"fast": {"calls": 3, "mistakes": {"timeout": 2}, "mistake_rate": 0.6667, "escalations": 0}}
+    assert last_2_h["tiers"] == {
+        "fast": {"calls": 3, "mistakes": {"timeout": 2}, "mistake_rate": 0.6667, "escalations": 0}
+    }
     assert last_2_h["routes"] == {"r": last_2_h["tiers"]["fast"]}
 
     assert await store.series(now - 7200) == [
