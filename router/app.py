@@ -1,7 +1,7 @@
 """`create_app(settings)`: the ASGI app. Its lifespan owns every long-lived thing; no module globals.
 
 Router            what one running proxy owns: settings, policy, upstream pools, store,
-                  validator, metrics, background tasks — reached as `request.app.state.router`
+                  validator, judge-verdict cache, metrics, background tasks — reached as `request.app.state.router`
 routes            api/chat.py (POST /v1/chat/completions), api/responses.py (POST /v1/responses),
                   api/responses_ws.py (WebSocket mode on /v1/responses), api/admin.py (models,
                   health, stats, metrics)
@@ -35,6 +35,7 @@ from router.settings import Settings
 from router.store import Store, open_store
 from router.upstream import Upstreams
 from router.validate import Validator
+from router.verify import VerdictCache
 
 log = logging.getLogger("router")
 
@@ -46,6 +47,7 @@ class Router:
         self.store = store
         self.upstreams = Upstreams(warm=settings.warm_up)
         self.validator = Validator()
+        self.verdicts = VerdictCache()  # judge verdicts by (call, context) hash, bounded LRU
         self.metrics = Metrics()
         self.adaptive = AdaptiveState(store, policy)
         self.responses = ResponseCache(settings.responses_cache_entries, settings.responses_cache_bytes)
@@ -63,9 +65,6 @@ class Router:
         self._tasks.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.warning("background task failed: %s", type(exc).__name__)
-
-    def secrets(self) -> tuple[str, ...]:
-        return self.policy.current.secrets() + tuple(k.get_secret_value() for k in self.settings.client_keys)
 
     def authorize(self, request: HTTPConnection) -> None:
         keys = [k.get_secret_value() for k in self.policy.current.client_keys + self.settings.client_keys]

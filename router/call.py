@@ -16,6 +16,12 @@ import orjson
 from router.errors import BadRequest, ForbiddenField, InvalidJSON
 from router.policy.decide import Features, features_of
 
+# orjson decodes 1024 levels of nesting but encodes only 254, and the router re-encodes what it
+# forwards (the Responses transport also echoes request fields inside its events, a level or two
+# down): bodies nested deeper than this are refused as they are parsed, never failed on the way out.
+MAX_DEPTH = 240
+_ENCODER_DEPTH = 254
+
 # Fields that would let a client choose where (or with which key) the router calls out.
 FORBIDDEN_FIELDS = ("api_base", "base_url", "api_key", "api_version", "custom_llm_provider", "extra_headers")
 SESSION_HEADER = "x-session-id"
@@ -40,7 +46,20 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise InvalidJSON(f"The request body is not valid JSON ({exc.msg} at position {exc.pos}).") from None
     if not isinstance(body, dict):
         raise InvalidJSON("The request body must be a JSON object.")
+    check_depth(body)
     return body
+
+
+def check_depth(body: Any) -> None:
+    """400 if `body` nests deeper than MAX_DEPTH: it is encoded once inside as many extra levels as
+    the router may add, so the encoder's own limit does the counting (about 10 µs per 64 KiB)."""
+    wrapped = body
+    for _ in range(_ENCODER_DEPTH - MAX_DEPTH):
+        wrapped = [wrapped]
+    try:
+        orjson.dumps(wrapped)
+    except orjson.JSONEncodeError:
+        raise BadRequest(f"The request body nests deeper than {MAX_DEPTH} levels.") from None
 
 
 def chat_call(raw: bytes, headers: Mapping[str, str]) -> Call:

@@ -1,4 +1,4 @@
-"""`agent-router`: serve | check | up | fake-upstream | stats."""
+"""`agent-router`: serve | check | up | fake-upstream | stats | report | eval."""
 
 from __future__ import annotations
 
@@ -165,6 +165,63 @@ def report(
     with _reaching(url):
         page = write_report(url, out, since, bucket, key)
     typer.echo(f"report written to {page}")
+
+
+@app.command("eval")
+def eval_(
+    cases: Annotated[Path, typer.Argument(help="case file (JSONL; format in router/eval.py)")],
+    url: Annotated[str, typer.Option("--url", help="OpenAI base URL: the proxy's …/v1, or a tier's")] = (
+        "http://127.0.0.1:8080/v1"
+    ),
+    model: Annotated[str, typer.Option(help="model name sent (auto: the proxy's routes decide)")] = "auto",
+    label: Annotated[str | None, typer.Option(help="name of this run (default: the model name)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="keep the run in DIR/eval.json, plot DIR/eval.png")] = None,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens of each call (0: not sent)")] = 128,
+    timeout: Annotated[float, typer.Option(help="seconds per call")] = 120.0,
+    concurrency: Annotated[int, typer.Option(min=1, help="calls in flight")] = 1,
+    full_tier: Annotated[str, typer.Option(help="tier counted as the expensive one")] = "full",
+    assume_tier: Annotated[
+        str | None, typer.Option(help="tier answering when there are no x-router-* headers (straight to a tier)")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="only the first N cases")] = None,
+    stride: Annotated[int, typer.Option(min=1, help="every Nth case only (a spread-out subset)")] = 1,
+    temperature: Annotated[float | None, typer.Option(help="temperature sent with every call")] = None,
+    key: KeyOpt = None,
+) -> None:
+    """Score tool-call cases: accuracy, false accepts, escalations, full-tier share, latency."""
+    from rich.console import Console
+
+    from router.eval import CaseError, load_cases, plot, run_with_progress, runs_table, save
+
+    try:
+        loaded = load_cases(cases)
+    except (CaseError, OSError) as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from None
+    loaded = loaded[::stride][:limit] if limit else loaded[::stride]
+    run = run_with_progress(
+        loaded,
+        url,
+        label=label or model,
+        model=model,
+        key=key,
+        max_tokens=max_tokens or None,
+        call_timeout=timeout,
+        concurrency=concurrency,
+        full_tier=full_tier,
+        assume_tier=assume_tier,
+        extra={"temperature": temperature} if temperature is not None else None,
+    )
+    console = Console()
+    console.print(runs_table([run]))
+    if out is not None:
+        runs = save(run, out)
+        png = plot(runs, out / "eval.png")
+        console.print(runs_table(runs, title=f"all runs in {out / 'eval.json'}"))
+        console.print(f"plot: {png}")
+    if run.outcomes.get("error") == run.cases:
+        typer.echo(f"{url}: no case got an answer", err=True)
+        raise typer.Exit(1)
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ same tier; escalating to another tier is immediate.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -25,9 +26,13 @@ from router.policy.decide import Decision
 from router.policy.model import Policy
 from router.store.base import ESCALATED, Event, RoutedCall
 from router.validate import Mistake
+from router.verify import verify
 
 if TYPE_CHECKING:
     from router.app import Router
+
+
+log = logging.getLogger("router.verify")
 
 
 class Escalate(Exception):
@@ -60,6 +65,7 @@ class Trace:
         self.tried: list[str] = []
         self.mistakes: list[str] = []
         self.repaired = False
+        self.verdicts: list[str] = []  # "kind:accept|reject|unsure" per verified answer
         self._repair_tool: str | None = None
         self._route = next((r for r in policy.routes if r.name == decision.route), None)
         loop = asyncio.get_running_loop()
@@ -71,9 +77,14 @@ class Trace:
         return AsyncRetrying(
             retry=retry_if_exception_type(Escalate),
             stop=stop_after_attempt(self.policy.escalation.max_attempts),
-            wait=_wait,
+            wait=self._wait,
             reraise=True,
         )
+
+    def _wait(self, state: RetryCallState) -> float:
+        """The backoff, never past the call's deadline (the next attempt then times out at once)."""
+        remaining = self.deadline - asyncio.get_running_loop().time()
+        return max(0.0, min(_wait(state), remaining))
 
     def next_attempt(self) -> tuple[str, dict[str, Any]]:
         """The tier and body of the next attempt: routed tier, repair on the same tier, or stronger."""
@@ -87,6 +98,9 @@ class Trace:
             if self.tier != last:
                 self.router.store.record([Event(last, self.route, kind=ESCALATED, session=self.call.session)])
         self.tried.append(self.tier)
+        spec = self._route.verify if self._route else None
+        if spec is not None and spec.kind == "logprobs" and self.checked(self.tier) and not self.call.stream:
+            body = {**body, "logprobs": True}
         return self.tier, body
 
     @property
@@ -125,6 +139,30 @@ class Trace:
         if self._stronger(tier) != tier:
             raise Escalate(kinds, same_tier=False)
         return found
+
+    async def verify(self, tier: str, body: Mapping[str, Any], choice: Mapping[str, Any]) -> None:
+        """Run the route's verifier on a well-formed call of a checked tier; escalate on rejection."""
+        spec = self._route.verify if self._route else None
+        message = choice.get("message") or {}
+        if spec is None or not self.checked(tier) or not message.get("tool_calls"):
+            return
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        verdict = await verify(self.router, spec, tier, body, choice, self.deadline, self.policy.escalation.chain)
+        outcome = "unsure" if verdict.unsure else "accept" if verdict.accept else "reject"
+        self.router.metrics.observe_verdict(spec.kind, self.route, outcome, verdict.cached, loop.time() - started)
+        self.verdicts.append(f"{spec.kind}:{outcome}")
+        if verdict.accept:
+            return
+        tool = str((message["tool_calls"][0].get("function") or {}).get("name", ""))
+        tool = tool if tool in self.call.features.tool_names else ""
+        self.mistakes.append("verifier_reject")
+        event = Event(tier, self.route, tool=tool, kind="verifier_reject", session=self.call.session)
+        self.router.store.record([event])
+        self.router.metrics.observe_answer(tier, self.route, False, ["verifier_reject"])
+        log.debug("route %s: the %s verifier rejected a call of tier %s", self.route, spec.kind, tier)
+        if self._may_retry() and self._stronger(tier) != tier:
+            raise Escalate(["verifier_reject"], same_tier=False)
 
     def _repairable(self, found: Sequence[Mistake]) -> str | None:
         """The one offered tool the answer fumbled, if the route asks to repair and has not yet."""
@@ -198,6 +236,7 @@ class Trace:
             "x-router-escalated": "true" if self.escalated else "false",
             "x-router-mistakes": ",".join(self.mistakes),
             "x-router-repaired": "true" if self.repaired else "false",
+            **({"x-router-verified": ",".join(self.verdicts)} if self.verdicts else {}),
         }
 
     def summary(self) -> bytes:
@@ -210,5 +249,6 @@ class Trace:
                 "mistakes": self.mistakes,
                 "tiers": self.tried,
                 "repaired": self.repaired,
+                "verified": self.verdicts,
             }
         )

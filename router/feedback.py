@@ -55,8 +55,8 @@ async def _failed_calls(router: Router, call: Call, rules: AfterAgentError) -> A
             if routed is not None:
                 yield routed
     if rules.repeated_call and assistant is not None:
-        seen = {_signature(c): c for m in earlier for c in m.get("tool_calls") or ()}
-        for c in assistant.get("tool_calls") or ():
+        seen = {_signature(c): c for m in earlier for c in _tool_calls(m)}
+        for c in _tool_calls(assistant):
             prior = seen.get(_signature(c))
             if prior is None or prior.get("id") == c.get("id") or _reported(messages, prior.get("id"), rules):
                 continue
@@ -101,6 +101,13 @@ def _texts(content: Any) -> Iterator[str]:
                 yield part["text"][:4000]
 
 
-def _signature(tool_call: Any) -> tuple[str, str]:
-    fn = (tool_call or {}).get("function") or {}
+def _tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool calls of a message of the client's history; whatever is not a call object is skipped."""
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def _signature(tool_call: dict[str, Any]) -> tuple[str, str]:
+    fn = tool_call.get("function")
+    fn = fn if isinstance(fn, dict) else {}
     return str(fn.get("name", "")), str(fn.get("arguments", "")).strip()

@@ -40,6 +40,19 @@ class Metrics:
         self.total = Histogram(
             "router_call_seconds", "Whole call time", ["tier", "route"], buckets=_LATENCY_BUCKETS, registry=r
         )
+        self.verdicts = Counter(
+            "router_verifier_verdicts",
+            "Verifier verdicts by verifier, route and outcome (accept, reject, unsure)",
+            ["verifier", "route", "outcome", "cached"],
+            registry=r,
+        )
+        self.verify_seconds = Histogram(
+            "router_verifier_seconds",
+            "Latency a verifier added to a call",
+            ["verifier", "route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.reloads = Counter("router_policy_reloads", "Policy reloads by outcome", ["outcome"], registry=r)
 
     def observe_answer(self, tier: str, route: str, answered: bool, kinds: Sequence[str]) -> None:
@@ -47,6 +60,10 @@ class Metrics:
             self.answers.labels(tier, route).inc()
         for kind in kinds:
             self.mistakes.labels(tier, route, kind).inc()
+
+    def observe_verdict(self, verifier: str, route: str, outcome: str, cached: bool, seconds: float) -> None:
+        self.verdicts.labels(verifier, route, outcome, "true" if cached else "false").inc()
+        self.verify_seconds.labels(verifier, route).observe(seconds)
 
     def observe_agent_errors(self, calls: Sequence[RoutedCall]) -> None:
         for c in calls:

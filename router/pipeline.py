@@ -4,6 +4,7 @@
     for each attempt (tenacity):            escalation.Trace picks tier and body (routed, repair, stronger)
         answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks
         trace.judge(answer)                 validate.check → record → Escalate if warranted
+        trace.verify(answer)                the route's verifier (router/verify.py) → Escalate on reject
     trace.delivered(answer)                 remember routed tool calls for agent-reported errors
 
 Streams run the same loop through a `Gate` that holds tool-call deltas until they are checked, so
@@ -81,6 +82,7 @@ async def _reply(router: Router, trace: Trace, body: dict[str, Any], tier: str) 
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
     trace.judge(tier, message, choice.get("finish_reason"))
+    await trace.verify(tier, body, choice)
     trace.delivered(tier, message)
     yield reply
 

@@ -34,6 +34,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from router import pipeline
 from router.api import error_response
+from router.call import check_depth
 from router.errors import BadRequest, InvalidJSON, RouterError, Unauthorized
 from router.responses import turn as turns
 from router.responses.events import Event, error_event
@@ -149,6 +150,11 @@ class Connection:
             await self.send(error_event(InvalidJSON(f"The message is not valid JSON ({exc.msg} at {exc.pos}).")))
             return
         kind = event.get("type") if isinstance(event, dict) else None
+        try:
+            check_depth(event)
+        except RouterError as exc:
+            await self.send(error_event(exc))
+            return
         if kind != "response.create":
             err = UnknownEvent(f"Unknown event type {kind!r}; expected 'response.create'.", param="type")
             await self.send(error_event(err))

@@ -59,14 +59,12 @@ def _text_len(content: Any) -> int:
 def features_of(body: Mapping[str, Any], headers: Mapping[str, str]) -> Features:
     """Routing features of a chat-completions body. `headers` must have lower-case names."""
     tools = body.get("tools") or ()
-    names = tuple(
-        str((t.get("function") or {}).get("name") or t.get("name") or "") for t in tools if isinstance(t, dict)
-    )
+    names = tuple(str(_name(t.get("function")) or t.get("name") or "") for t in tools if isinstance(t, dict))
     messages = body.get("messages") or ()
     chars = sum(_text_len(m.get("content")) for m in messages if isinstance(m, dict))
     last = messages[-1] if messages and isinstance(messages[-1], dict) else None
     choice = body.get("tool_choice")
-    pinned = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
+    pinned = _name(choice.get("function")) if isinstance(choice, dict) else None
     return Features(
         pinned_tool=str(pinned) if pinned else None,
         model=str(body.get("model") or ""),
@@ -76,6 +74,11 @@ def features_of(body: Mapping[str, Any], headers: Mapping[str, str]) -> Features
         stream=bool(body.get("stream")),
         headers=headers,
     )
+
+
+def _name(function: Any) -> Any:
+    """The `name` of a client's `function` object; None when it is not an object."""
+    return function.get("name") if isinstance(function, dict) else None
 
 
 def _matches(when: When, f: Features) -> bool:

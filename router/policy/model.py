@@ -26,9 +26,11 @@ MistakeKind = Literal[
     "upstream_error",
     "timeout",
     "agent_reported_error",
+    "verifier_reject",
 ]
 MISTAKE_KINDS: tuple[MistakeKind, ...] = typing.get_args(MistakeKind)
 # every kind but agent_reported_error, which is only known after the answer was delivered
+# (verifier_reject is listed too, but escalates anyway: it only happens where a route asks for it)
 _ESCALATE_ON_BY_DEFAULT: tuple[MistakeKind, ...] = tuple(
     k for k in typing.get_args(MistakeKind) if k != "agent_reported_error"
 )
@@ -136,6 +138,26 @@ class Adaptive(Strict):
     to: str | None = Field(default=None, description="tier to divert to (default: the escalation tier)")
 
 
+class Verify(Strict):
+    """Check a tool call that passed the format checks, before the client gets it; a rejection is a
+    `verifier_reject` mistake and escalates (whatever `escalation.on` lists: asking for a verifier is
+    asking for its verdict to count)."""
+
+    kind: Literal["judge", "agree", "logprobs"] = Field(
+        description="judge: a tier answers accept/reject; agree: n samples must agree; logprobs: token confidence"
+    )
+    tier: str | None = Field(default=None, description="judge: the judging tier (default: the escalation tier)")
+    samples: int = Field(default=3, ge=2, le=8, description="agree: answers compared, the original included")
+    temperature: float = Field(default=0.8, ge=0, le=2, description="agree: temperature of the extra samples")
+    threshold: float = Field(default=-1.0, le=0, description="logprobs: reject when the measure is below this")
+    measure: Literal["mean", "min"] = Field(default="mean", description="logprobs: mean or min token logprob")
+    if_unsure: Literal["accept", "reject"] = Field(
+        default="accept",
+        description="when no verdict is possible (judge unreadable or failing, no logprobs, no samples)",
+    )
+    max_tokens: int = Field(default=64, ge=8, description="judge: max_tokens of its answer")
+
+
 class Route(Strict):
     name: str = Field(min_length=1)
     when: When = When()
@@ -145,6 +167,7 @@ class Route(Strict):
     )
     hedge: Hedge | None = None
     adaptive: Adaptive | None = None
+    verify: Verify | None = None
 
 
 DEFAULT_FAILURE_PATTERNS = (
@@ -199,7 +222,7 @@ class Policy(Strict):
 
     @model_validator(mode="after")
     def _references_exist(self) -> Policy:
-        routes = [r.model_dump(include={"name", "use", "hedge", "adaptive"}) for r in self.routes]
+        routes = [r.model_dump(include={"name", "use", "hedge", "adaptive", "verify"}) for r in self.routes]
         problems = reference_problems(self.models, self.aliases, routes, self.escalation.to)
         if problems:
             raise ValueError("; ".join(f"{'.'.join(map(str, loc))}: {msg}" for loc, msg in problems))
@@ -224,7 +247,12 @@ class Policy(Strict):
 
 
 # Where a route names a tier, as key paths inside the route.
-ROUTE_TIER_REFS: tuple[tuple[str, ...], ...] = (("use",), ("hedge", "tier"), ("adaptive", "to"))
+ROUTE_TIER_REFS: tuple[tuple[str, ...], ...] = (
+    ("use",),
+    ("hedge", "tier"),
+    ("adaptive", "to"),
+    ("verify", "tier"),
+)
 
 
 def reference_problems(

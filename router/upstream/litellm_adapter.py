@@ -17,6 +17,20 @@ from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstre
 from router.policy.model import Tier
 from router.upstream.base import Chunk, Reply
 
+# The fields of a client's body that reach litellm: the OpenAI request (plus `thinking`/`top_k`, which
+# providers take). Anything else would reach `litellm.acompletion` as one of litellm's own keyword
+# arguments — endpoints, credentials, headers, callbacks, mock answers (a client's
+# `aws_bedrock_runtime_endpoint` sent a bedrock tier's signed request to any URL) — so it is dropped.
+_CLIENT_FIELDS = frozenset(
+    {
+        "messages", "temperature", "top_p", "top_k", "n", "stop", "max_completion_tokens", "max_tokens",
+        "modalities", "prediction", "audio", "presence_penalty", "frequency_penalty", "logit_bias", "user",
+        "reasoning_effort", "verbosity", "response_format", "seed", "tools", "tool_choice", "logprobs",
+        "top_logprobs", "parallel_tool_calls", "web_search_options", "safety_identifier", "service_tier",
+        "store", "prompt_cache_key", "functions", "function_call", "thinking",
+    }
+)  # fmt: skip
+
 
 class LitellmUpstream:
     def __init__(self, tier: str, config: Tier) -> None:
@@ -45,7 +59,7 @@ class LitellmUpstream:
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
             raise UpstreamTimeout(f"tier {self.tier!r}: no time left before the call's deadline", tier=self.tier)
-        kwargs = {**self.config.defaults, **body}
+        kwargs = {**self.config.defaults, **{k: v for k, v in body.items() if k in _CLIENT_FIELDS}}
         for owned in ("model", "stream", "stream_options"):
             kwargs.pop(owned, None)
         kwargs.update(self.config.params)

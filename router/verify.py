@@ -1,0 +1,272 @@
+"""Semantic verifiers: is a well-formed tool call also the RIGHT call? A route's `verify` option.
+
+    verdict = await verify(router, spec, tier, body, choice, deadline, stronger)
+
+runs only on non-streamed answers of a checked tier that passed the format checks and hold a tool
+call (the pipeline decides; see `Trace.verify`). Each verifier returns a `Verdict`:
+
+    judge     ask a tier (default: the escalation tier) a short, output-constrained question —
+              JSON {"accept": bool, "reason": str} via `response_format: json_object` — about the
+              proposed call, given the last user message and the offered tools' names and
+              descriptions. Verdicts are cached on the Router by (call, context) hash, bounded LRU.
+    agree     `samples - 1` more answers from the same tier (same body, `temperature`, seeds
+              1..n-1), sent together; every one that answers must call the same tool with the same
+              normalised arguments (keys sorted, strings stripped and case-folded, numbers as
+              floats).
+    logprobs  the answer's `choices[0].logprobs.content` (the request asked for `logprobs: true`);
+              the mean (or min) token logprob must reach `threshold`. llama-cpp-python 0.3.36
+              returns `logprobs: null` for tool calls (auto or named tool_choice; measured), so on
+              that server this verifier can never decide: `if_unsure` applies.
+
+When no verdict is possible (the judge failed or answered nonsense, no logprobs, every extra sample
+failed) the verdict is `unsure` and `if_unsure` (default accept) decides. Verifier failures never
+reach the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from router.errors import UpstreamError
+from router.policy.model import Verify
+
+if TYPE_CHECKING:
+    from router.app import Router
+
+JUDGE_SYSTEM = (
+    "You check one tool call an assistant proposes. Accept it only if it is the right tool for the "
+    "user's request and its argument values match what the user asked for. Answer with JSON only: "
+    '{"accept": true or false, "reason": "<at most 12 words>"}.'
+)
+_TEXT_MAX = 1500  # characters of the user message / arguments shown to the judge
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    accept: bool
+    reason: str
+    unsure: bool = False
+    cached: bool = False
+
+
+class VerdictCache:
+    """A bounded LRU of judge verdicts, owned by the Router."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._items: OrderedDict[bytes, Verdict] = OrderedDict()
+
+    def get(self, key: bytes) -> Verdict | None:
+        v = self._items.get(key)
+        if v is not None:
+            self._items.move_to_end(key)
+        return v
+
+    def put(self, key: bytes, verdict: Verdict) -> None:
+        self._items[key] = verdict
+        self._items.move_to_end(key)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def first_call(message: Mapping[str, Any]) -> tuple[str, str] | None:
+    calls = message.get("tool_calls") or ()
+    if not calls or not isinstance(calls[0], dict):
+        return None
+    fn = calls[0].get("function") or {}
+    args = fn.get("arguments")
+    return str(fn.get("name") or ""), args if isinstance(args, str) else ""
+
+
+def normalised(value: Any) -> Any:
+    """Arguments compared by `agree`: keys sorted, strings stripped and case-folded, numbers as floats."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        return " ".join(value.split()).casefold()
+    if isinstance(value, list):
+        return [normalised(v) for v in value]
+    if isinstance(value, dict):
+        return {k: normalised(value[k]) for k in sorted(value)}
+    return value
+
+
+def call_key(message: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """(tool, normalised arguments) of the first call; None when there is no call."""
+    first = first_call(message)
+    if first is None:
+        return None
+    name, raw = first
+    try:
+        args = orjson.loads(raw) if raw.strip() else {}
+    except orjson.JSONDecodeError:
+        args = raw
+    return name, orjson.dumps(normalised(args), option=orjson.OPT_SORT_KEYS)
+
+
+def last_user_text(body: Mapping[str, Any]) -> str:
+    for m in reversed(body.get("messages") or ()):
+        if isinstance(m, dict) and m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, list):
+                content = " ".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+            return str(content or "")[:_TEXT_MAX]
+    return ""
+
+
+def tool_lines(body: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for t in body.get("tools") or ():
+        if not isinstance(t, dict):
+            continue
+        inner = t.get("function")
+        fn: dict[str, Any] = inner if isinstance(inner, dict) else t
+        desc = " ".join(str(fn.get("description") or "").split())[:160]
+        lines.append(f"- {fn.get('name')}: {desc}" if desc else f"- {fn.get('name')}")
+    return lines
+
+
+def judge_messages(body: Mapping[str, Any], message: Mapping[str, Any]) -> list[dict[str, str]]:
+    name, args = first_call(message) or ("", "")
+    prompt = "\n".join(
+        [
+            "Tools offered:",
+            *tool_lines(body),
+            "",
+            f"User request: {last_user_text(body)}",
+            "",
+            f"Proposed call: {name}({args[:_TEXT_MAX]})",
+            "",
+            "Is this the right call? JSON only.",
+        ]
+    )
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt}]
+
+
+def judge_key(body: Mapping[str, Any], message: Mapping[str, Any], judge_tier: str) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for part in (judge_tier, last_user_text(body), *tool_lines(body), *(first_call(message) or ("", ""))):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.digest()
+
+
+def read_judgement(content: str) -> Verdict:
+    """The judge's JSON answer → Verdict (unsure when it is not the JSON asked for)."""
+    text = content.strip()
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        data = orjson.loads(text[start : end + 1]) if 0 <= start < end else None
+    except orjson.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("accept"), bool):
+        return Verdict(True, f"judge answer unreadable: {text[:60]!r}", unsure=True)
+    return Verdict(data["accept"], str(data.get("reason") or "")[:200])
+
+
+def logprob_measure(choice: Mapping[str, Any], measure: str) -> float | None:
+    lp = choice.get("logprobs")
+    content = lp.get("content") if isinstance(lp, dict) else None
+    values = [
+        float(t["logprob"])
+        for t in content or ()
+        if isinstance(t, dict) and isinstance(t.get("logprob"), int | float) and math.isfinite(t["logprob"])
+    ]
+    if not values:
+        return None
+    return min(values) if measure == "min" else sum(values) / len(values)
+
+
+# -- the verifiers -------------------------------------------------------------------------------
+async def judge(
+    router: Router, spec: Verify, judge_tier: str, body: Mapping[str, Any], message: Mapping[str, Any], deadline: float
+) -> Verdict:
+    key = judge_key(body, message, judge_tier)
+    if (hit := router.verdicts.get(key)) is not None:
+        return Verdict(hit.accept, hit.reason, hit.unsure, cached=True)
+    request = {
+        "messages": judge_messages(body, message),
+        "max_tokens": spec.max_tokens,
+        "temperature": 0,
+        "response_format": {"type": "json_object"},
+    }
+    try:
+        reply = await router.upstreams[judge_tier].complete(request, deadline)
+    except UpstreamError as exc:
+        return Verdict(True, f"judge failed: {exc.mistake}", unsure=True)
+    choices = reply.data.get("choices") or [{}]
+    content = str(((choices[0] or {}).get("message") or {}).get("content") or "")
+    verdict = read_judgement(content)
+    if not verdict.unsure:
+        router.verdicts.put(key, verdict)
+    return verdict
+
+
+async def agree(
+    router: Router, spec: Verify, tier: str, body: Mapping[str, Any], message: Mapping[str, Any], deadline: float
+) -> Verdict:
+    original = call_key(message)
+    upstream = router.upstreams[tier]
+
+    async def sample(seed: int) -> Mapping[str, Any] | None:
+        try:
+            reply = await upstream.complete({**body, "temperature": spec.temperature, "seed": seed}, deadline)
+        except UpstreamError:
+            return None
+        choices = reply.data.get("choices") or [{}]
+        msg = (choices[0] or {}).get("message")
+        return msg if isinstance(msg, dict) else {}
+
+    answers = await asyncio.gather(*(sample(seed) for seed in range(1, spec.samples)))
+    keys = [call_key(a) for a in answers if a is not None]
+    if not keys:
+        return Verdict(True, "no extra sample answered", unsure=True)
+    differ = [k for k in keys if k != original]
+    if differ:
+        other = differ[0][0] if differ[0] else "no call"
+        return Verdict(False, f"{len(differ)} of {len(keys)} samples differ (e.g. {other})")
+    return Verdict(True, f"{len(keys) + 1} samples agree")
+
+
+def logprobs(spec: Verify, choice: Mapping[str, Any]) -> Verdict:
+    value = logprob_measure(choice, spec.measure)
+    if value is None:
+        return Verdict(True, "no logprobs in the answer", unsure=True)
+    ok = value >= spec.threshold
+    return Verdict(ok, f"{spec.measure} logprob {value:.3f} {'>=' if ok else '<'} {spec.threshold}")
+
+
+async def verify(
+    router: Router,
+    spec: Verify,
+    tier: str,
+    body: Mapping[str, Any],
+    choice: Mapping[str, Any],
+    deadline: float,
+    chain: Sequence[str],
+) -> Verdict:
+    """The verdict on `choice` (choices[0] of `tier`'s answer to `body`), `if_unsure` applied."""
+    message = choice.get("message") or {}
+    if spec.kind == "judge":
+        judge_tier = spec.tier or (chain[-1] if chain else tier)
+        verdict = await judge(router, spec, judge_tier, body, message, deadline)
+    elif spec.kind == "agree":
+        verdict = await agree(router, spec, tier, body, message, deadline)
+    else:
+        verdict = logprobs(spec, choice)
+    if verdict.unsure:
+        return Verdict(spec.if_unsure == "accept", verdict.reason, unsure=True, cached=verdict.cached)
+    return verdict

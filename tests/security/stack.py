@@ -1,0 +1,130 @@
+"""A fake upstream pair and a proxy running on their own event loop, in a background thread.
+
+Property-based tests (hypothesis, schemathesis) call plain functions many times; they talk to this
+stack over real sockets with synchronous clients, so one proxy serves every example of a module.
+
+    with Stack(settings={...}) as stack:
+        stack.base                     http://127.0.0.1:PORT (the proxy)
+        stack.call(coro_fn)            run `await coro_fn(router)` on the stack's loop (e.g. read inflight)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import uvicorn
+from starlette.applications import Starlette
+
+from router.app import Router, create_app
+from router.settings import Settings
+from router.upstream.fake import FakeConfig, FakeServer, start_fake
+from tests.conftest import free_socket, policy_text
+
+T = TypeVar("T")
+
+ESCALATE = "escalation: {to: full, max_attempts: 2}\n"
+
+
+class Stack:
+    def __init__(
+        self,
+        *,
+        fast: FakeConfig | None = None,
+        full: FakeConfig | None = None,
+        extra: str = ESCALATE,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        self.fast_config = fast or FakeConfig(seed=1, bad_tool_rate=0.3)
+        self.full_config = full or FakeConfig(seed=2)
+        self.extra = extra
+        self.settings = {"reload_policy": False, **(settings or {})}
+        self.base = ""
+        self.url = ""
+        self.fast_url = ""
+        self.full_url = ""
+        self.router: Router | None = None
+        self.app: Starlette | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="proxy-stack", daemon=True)
+        self._dir = tempfile.TemporaryDirectory(prefix="agent-router-stack-")
+
+    def __enter__(self) -> Stack:
+        self._thread.start()
+        if not self._ready.wait(20):
+            raise RuntimeError("the proxy stack did not start within 20 s")
+        if self._error is not None:
+            raise RuntimeError("the proxy stack failed to start") from self._error
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(20)
+        self._dir.cleanup()
+
+    def call(self, fn: Callable[[Router], Awaitable[T]], timeout: float = 10) -> T:
+        """Run `fn(router)` on the stack's loop and return its result."""
+        assert self._loop is not None and self.router is not None
+        router = self.router
+
+        async def run() -> T:
+            return await fn(router)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
+
+    def inflight(self) -> int:
+        async def read(router: Router) -> int:
+            return router.inflight
+
+        return self.call(read)
+
+    # -- the thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # reported by __enter__ if start-up failed
+            self._error = exc
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        fast: FakeServer = await start_fake(self.fast_config)
+        full: FakeServer = await start_fake(self.full_config)
+        self.fast_url, self.full_url = fast.url, full.url
+        path = Path(self._dir.name) / "policy.yaml"
+        path.write_text(policy_text(fast.url, full.url, extra=self.extra))
+        app = create_app(Settings(policy=path, **self.settings))
+        self.app, self.router = app, app.state.router
+        sock = free_socket()
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            for _ in range(1000):
+                if server.started or task.done():
+                    break
+                await asyncio.sleep(0.01)
+            if task.done():
+                task.result()
+            port = sock.getsockname()[1]
+            self.base = f"http://127.0.0.1:{port}"
+            self.url = self.base + "/v1"
+            self._ready.set()
+            await self._stop.wait()
+        finally:
+            server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 10)
+            await fast.close()
+            await full.close()
