@@ -267,17 +267,29 @@ def check_resp_output(response: dict[str, Any], tools: bool, vocab: frozenset[st
 
 
 class Driver:
-    def __init__(self, base: str, session: aiohttp.ClientSession, sdk: openai.AsyncOpenAI, vocab: frozenset[str]):
+    def __init__(
+        self,
+        base: str,
+        session: aiohttp.ClientSession,
+        sdk: openai.AsyncOpenAI,
+        vocab: frozenset[str],
+        sessions: int = 0,
+    ) -> None:
+        self.sessions = sessions
         self.base = base
         self.url = base + "/v1"
         self.session = session
         self.sdk = sdk
         self.vocab = vocab
-        self.ws: list[WsAgent] = [WsAgent(self) for _ in range(WS_CONNECTIONS)]
+        self.ws: list[WsAgent] = [WsAgent(self, i) for i in range(WS_CONNECTIONS)]
         self._next_ws = 0
 
-    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-        async with self.session.post(self.url + path, data=orjson.dumps(body)) as r:
+    def headers(self, n: int) -> dict[str, str]:
+        """`x-session-id` from a pool of `sessions` agents; none (a session per call) when 0."""
+        return {"x-session-id": f"soak-agent-{n % self.sessions}"} if self.sessions else {}
+
+    async def post(self, path: str, body: dict[str, Any], n: int) -> tuple[int, dict[str, str], bytes]:
+        async with self.session.post(self.url + path, data=orjson.dumps(body), headers=self.headers(n)) as r:
             return r.status, {k.lower(): v for k, v in r.headers.items()}, await r.read()
 
     @staticmethod
@@ -292,31 +304,33 @@ class Driver:
         if tools and kind.startswith("chat"):
             chat["tools"] = CHAT_TOOLS
         if kind.startswith("chat-json"):
-            status, headers, raw = await self.post("/chat/completions", chat)
+            status, headers, raw = await self.post("/chat/completions", chat, n)
             self.ok(status, raw)
             choice = orjson.loads(raw)["choices"][0]
             check_chat_message(choice["message"], choice.get("finish_reason"), tools, self.vocab)
             return Outcome(headers.get("x-router-escalated") == "true", tools)
         if kind.startswith("chat-sse"):
-            status, headers, raw = await self.post("/chat/completions", {**chat, "stream": True})
+            status, headers, raw = await self.post("/chat/completions", {**chat, "stream": True}, n)
             self.ok(status, raw)
             chunks, trailer = parse_chat_sse(raw)
             check_chat_chunks(chunks, tools, self.vocab)
             return Outcome(bool(trailer.get("escalated")), tools)
         if kind == "chat-sdk-sse-tools":
-            raw_stream = await self.sdk.chat.completions.with_raw_response.create(**chat, stream=True)
+            raw_stream = await self.sdk.chat.completions.with_raw_response.create(
+                **chat, stream=True, extra_headers=self.headers(n)
+            )
             chunks = [c.model_dump(exclude_none=True) async for c in raw_stream.parse()]
             check_chat_chunks([c for c in chunks if c.get("choices") is not None], tools, self.vocab)
             # the trailer is an SSE comment the SDK skips; the headers tell escalations before the first byte
             return Outcome(raw_stream.headers.get("x-router-escalated") == "true", tools)
         resp = {"model": "auto", "input": user, "tools": RESP_TOOLS, "store": False}
         if kind == "resp-json-tools":
-            status, headers, raw = await self.post("/responses", resp)
+            status, headers, raw = await self.post("/responses", resp, n)
             self.ok(status, raw)
             check_resp_output(orjson.loads(raw), True, self.vocab)
             return Outcome(headers.get("x-router-escalated") == "true", True)
         if kind == "resp-sse-tools":
-            status, headers, raw = await self.post("/responses", {**resp, "stream": True})
+            status, headers, raw = await self.post("/responses", {**resp, "stream": True}, n)
             self.ok(status, raw)
             events = sse_events(raw)
             final = check_resp_events(events, True, self.vocab)
@@ -345,8 +359,9 @@ class WsAgent:
     """One persistent WebSocket connection running a tool loop: ask (tools offered) → a function
     call; answer it (no tools) → text; chained with previous_response_id, anew every WS_CHAIN turns."""
 
-    def __init__(self, driver: Driver) -> None:
+    def __init__(self, driver: Driver, index: int) -> None:
         self.driver = driver
+        self.index = index
         self.lock = asyncio.Lock()
         self.conn: Any = None
         self.previous: str | None = None
@@ -357,7 +372,8 @@ class WsAgent:
         async with self.lock:  # one response at a time on a connection
             if self.conn is None:
                 url = self.driver.url.replace("http://", "ws://") + "/responses"
-                self.conn = await websockets.connect(url, max_size=None, open_timeout=10)
+                headers = self.driver.headers(self.index)
+                self.conn = await websockets.connect(url, max_size=None, open_timeout=10, additional_headers=headers)
             if self.turns % WS_CHAIN == 0:
                 self.previous, self.pending_call = None, None
             self.turns += 1
@@ -459,7 +475,9 @@ async def sampler(proxy: Proc, t0: float, out: list[dict[str, float]], stop: asy
             await asyncio.wait_for(stop.wait(), SAMPLE_EVERY)
 
 
-async def soak(minutes: float, rate: float, concurrency: int, seed: int, out_dir: Path) -> dict[str, Any]:
+async def soak(
+    minutes: float, rate: float, concurrency: int, seed: int, out_dir: Path, sessions: int = 0
+) -> dict[str, Any]:
     from router.upstream.fake_tools import VOCAB  # the fake's words: what a whole text answer is made of
 
     vocab = frozenset(w.lower() for w in VOCAB)
@@ -499,7 +517,7 @@ async def soak(minutes: float, rate: float, concurrency: int, seed: int, out_dir
             aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
             openai.AsyncOpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=CALL_TIMEOUT) as sdk,
         ):
-            driver = Driver(base, session, sdk, vocab)
+            driver = Driver(base, session, sdk, vocab, sessions)
             rng = random.Random(seed)
             kinds, weights = list(MIX), list(MIX.values())
             gate = asyncio.Semaphore(concurrency)
@@ -568,6 +586,7 @@ async def soak(minutes: float, rate: float, concurrency: int, seed: int, out_dir
             "rate": rate,
             "concurrency": concurrency,
             "seed": seed,
+            "sessions": sessions,
             "issued": n,
             "issued_wall": issued_wall,
             "late": late,
@@ -614,19 +633,30 @@ def write_report(r: dict[str, Any], out_dir: Path) -> None:
     lines = [
         "# Soak: steady mixed load with broken fast answers",
         "",
-        f"`python -m bench.soak --minutes {r['minutes']:g} --rate {r['rate']:g}` — {r['when']}, {r['machine']}.",
+        f"`python -m bench.soak --minutes {r['minutes']:g} --rate {r['rate']:g}"
+        + (f" --sessions {r['sessions']}" if r.get("sessions") else "")
+        + f"` — {r['when']}, {r['machine']}.",
         "",
         f"Fast tier: the fake upstream with {BAD_TOOL_RATE:.0%} of its tool calls broken (every kind it knows); full "
         "tier: a healthy fake; every call routed to fast, escalated to full on a mistake. Store: SQLite. "
         f"Open-loop arrivals at {r['rate']:g}/s, at most {r['concurrency']} in flight "
-        f"({r['late']} arrivals waited for a free slot). Responses calls use `store: false`.",
+        f"({r['late']} arrivals waited for a free slot). Responses calls use `store: false`. "
+        + (
+            f"Calls come from {r['sessions']} agents (`x-session-id`)."
+            if r.get("sessions")
+            else "Every call opens a new session (a unique opening message, no `x-session-id`): the worst case "
+            "for per-session state (sticky tier, the tool calls routed to it), which the store keeps in process "
+            "memory, about 0.8 KB per session, in an LRU of at most 100,000 sessions for 24 h — so the RSS grows "
+            "with the number of sessions until that bound; `--sessions N` sends the calls from N agents instead."
+        ),
         "",
         "| | |",
         "|---|---|",
         f"| calls | {calls} (issued over {r['issued_wall'] / 60:.1f} min, {calls / r['issued_wall']:.1f}/s) |",
         f"| client errors (status, framing, lost/reordered chunks, invalid calls) | **{errors}** |",
         f"| latency p50 / p99 (all calls) | {r['all_latencies_p50_ms']:.1f} ms / {r['all_latencies_p99_ms']:.1f} ms |",
-        f"| escalation rate (of tool calls) | {escalated / tool_calls:.1%} ({escalated} of {tool_calls}) |"
+        f"| escalation rate (of tool calls; SDK streams see only escalations before the first byte) | "
+        f"{escalated / tool_calls:.1%} ({escalated} of {tool_calls}) |"
         if tool_calls
         else "| escalation rate | — |",
         f"| fast tier mistakes (router stats) | {fast.get('mistakes', {})} over {fast.get('calls', 0)} answers |",
@@ -660,11 +690,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=20.0, help="calls per second (default 20)")
     parser.add_argument("--concurrency", type=int, default=64, help="calls in flight at most (default 64)")
     parser.add_argument("--seed", type=int, default=7, help="seed of the call mix")
+    parser.add_argument(
+        "--sessions", type=int, default=0, help="agents (x-session-id) the calls come from; 0: a new session per call"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory for soak.md and soak.json")
     args = parser.parse_args(argv)
-    if not (0 < args.minutes <= 120 and 0 < args.rate <= 500 and 0 < args.concurrency <= 1024):
-        parser.error("bounds: 0 < minutes <= 120, 0 < rate <= 500, 0 < concurrency <= 1024")
-    result = asyncio.run(soak(args.minutes, args.rate, args.concurrency, args.seed, args.out))
+    if not (0 < args.minutes <= 120 and 0 < args.rate <= 500 and 0 < args.concurrency <= 1024 and args.sessions >= 0):
+        parser.error("bounds: 0 < minutes <= 120, 0 < rate <= 500, 0 < concurrency <= 1024, sessions >= 0")
+    result = asyncio.run(soak(args.minutes, args.rate, args.concurrency, args.seed, args.out, args.sessions))
     errors = sum(sum(k["errors"].values()) for k in result["kinds"].values())
     print((args.out / "soak.md").read_text())
     return 1 if errors else 0

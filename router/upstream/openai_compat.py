@@ -131,6 +131,8 @@ class OpenAICompatUpstream:
             raise UpstreamError(f"tier {self.tier!r} answered with invalid JSON", tier=self.tier) from None
         if not isinstance(data, dict):
             raise UpstreamError(f"tier {self.tier!r} answered with a non-object", tier=self.tier)
+        if problem := _malformed(data, "message"):
+            raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
         return Reply(data, raw)
 
     async def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
@@ -178,7 +180,35 @@ class OpenAICompatUpstream:
         if "error" in data and "choices" not in data:
             message = upstream_text(str((data.get("error") or {}).get("message", "")), self._secrets)
             raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)
+        if problem := _malformed(data, "delta"):
+            raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event ({problem})", tier=self.tier)
         return Chunk(data, raw)
+
+
+def _malformed(data: dict[str, Any], part: str) -> str | None:
+    """What makes an answer (`part` "message") or a chunk ("delta") unusable: a field the router reads
+    with the wrong type. Missing fields are not malformed (the checks judge what is missing)."""
+    choices = data.get("choices")
+    if choices is None:
+        return None
+    if not isinstance(choices, list):
+        return "'choices' is not an array"
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return "a choice is not an object"
+        inner = choice.get(part)
+        if inner is None:
+            continue
+        if not isinstance(inner, dict):
+            return f"'{part}' is not an object"
+        calls = inner.get("tool_calls")
+        if calls is None:
+            continue
+        if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("function") or {}, dict) for c in calls
+        ):
+            return "'tool_calls' is not an array of call objects"
+    return None
 
 
 def _without_repeated_heads(chunk: Chunk, heads: dict[int, str]) -> Chunk:

@@ -18,6 +18,10 @@ Properties, for every example:
 Limits: a body over the cap is 413 on both HTTP routes, a WebSocket frame over its cap closes the
 socket with 1009 (text and binary), more calls in flight than the cap is 503 with `Retry-After`
 (chat, Responses) or an `error` event with status 503 (WebSocket).
+
+Regressions found by this fuzzing, pinned as plain tests: bodies nested deeper than the router can
+re-encode (a 502 blamed on the upstream, a 500, or a cut stream; now a 400 at parse time), and
+tools / tool_choice / history with a non-object where an object belongs (a 500; now served).
 """
 
 from __future__ import annotations
@@ -146,7 +150,7 @@ def family(wild: bool) -> tuple[st.SearchStrategy[dict[str, Any]], st.SearchStra
     contents = st.one_of(st.text(max_size=80), parts, *([any_json] if wild else []))
     tool_call = st.fixed_dictionaries(
         {
-            "id": either(st.text(min_size=1, max_size=12)),
+            "id": either(st.one_of(st.sampled_from(["call_1", "call_2"]), st.text(min_size=1, max_size=12))),
             "type": either(st.just("function")),
             "function": either(st.fixed_dictionaries({"name": names, "arguments": either(st.text(max_size=40))})),
         }
@@ -158,7 +162,22 @@ def family(wild: bool) -> tuple[st.SearchStrategy[dict[str, Any]], st.SearchStra
         else {},
     )
     user_last = st.fixed_dictionaries({"role": st.just("user"), "content": contents})
-    messages = st.tuples(st.lists(message, max_size=3), user_last).map(lambda t: [*t[0], t[1]])
+    asking = st.tuples(st.lists(message, max_size=3), user_last).map(lambda t: [*t[0], t[1]])
+    # an agent's tool loop: assistant calls, then a tool result last (what agent feedback inspects)
+    calling = st.fixed_dictionaries(
+        {"role": st.just("assistant"), "content": st.none(), "tool_calls": either(st.lists(tool_call, max_size=2))}
+    )
+    result = st.fixed_dictionaries(
+        {
+            "role": st.just("tool"),
+            "tool_call_id": either(st.sampled_from(["call_1", "call_2"])),
+            "content": st.one_of(contents, st.sampled_from(["Error: failed", "ok"])),
+        }
+    )
+    looping = st.tuples(st.lists(message, max_size=2), st.lists(calling, min_size=1, max_size=2), result).map(
+        lambda t: [*t[0], *t[1], t[2]]
+    )
+    messages = st.one_of(asking, looping)
     models = st.sampled_from(["auto", "fast", "full", "gpt-4o", "", "*", "fast-model"] if wild else ["auto", "x"])
     common = {
         "temperature": either(st.floats(0, 2)),
@@ -451,7 +470,7 @@ def test_nesting_limit_is_a_400_and_anything_under_it_works(
                 assert events[-1]["type"] == "error" and events[-1]["status"] == 400, events[-1]
                 assert "nests deeper" in events[-1]["message"]
             continue
-        before = len(fake_chat_requests(stack))
+        before = len(fake_chat_requests(stack, http))
         resp = http.post(path, content=raw, headers={"content-type": "application/json"})
         check_answer(resp, path)
         if accepted:
@@ -459,13 +478,13 @@ def test_nesting_limit_is_a_400_and_anything_under_it_works(
         else:
             assert resp.status_code == 400, (total, resp.content[:300])
             assert "nests deeper" in resp.json()["error"]["message"]
-            assert len(fake_chat_requests(stack)) == before, "a refused body never reaches an upstream"
+            assert len(fake_chat_requests(stack, http)) == before, "a refused body never reaches an upstream"
 
 
-def fake_chat_requests(stack: Stack) -> list[Any]:
+def fake_chat_requests(stack: Stack, http: httpx.Client) -> list[Any]:
     out = []
     for url in (stack.fast_url, stack.full_url):
-        log = httpx.get(url.removesuffix("/v1") + "/_fake/requests", timeout=10).json()
+        log = http.get(url.removesuffix("/v1") + "/_fake/requests").json()
         out += [e for e in log if e["path"] == "/v1/chat/completions"]
     return out
 
@@ -616,7 +635,7 @@ def test_body_over_cap_is_413(stack: Stack, http: httpx.Client, path: str, size:
 def test_concurrency_cap_is_503_with_retry_after_on_every_transport() -> None:
     """One slot: while a slow call holds it, chat and Responses (HTTP) get 503 + Retry-After and a
     WebSocket `response.create` gets an `error` event with status 503; the slot frees afterwards."""
-    slow = FakeConfig(seed=1, delay_ms=1500)
+    slow = FakeConfig(seed=1, delay_ms=800)
     with Stack(fast=slow, full=slow, settings={"max_concurrency": 1}) as stack, httpx.Client(timeout=20) as client:
         holder = threading.Thread(
             target=lambda: client.post(
