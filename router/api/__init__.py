@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("router.api")
 
 Handler = Callable[[Request], Awaitable[Response]]
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may buffer a stream
 
 
 def error_response(exc: RouterError) -> Response:

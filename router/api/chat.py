@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from router import pipeline
-from router.api import endpoint, lower_headers, read_body, router_of
+from router.api import SSE_HEADERS, endpoint, lower_headers, read_body, router_of
 from router.call import chat_call
 from router.errors import RouterError
 from router.escalation import Trace
@@ -19,9 +19,6 @@ from router.upstream.base import Chunk
 
 if TYPE_CHECKING:
     from router.app import Router
-
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-
 
 @endpoint
 async def completions(request: Request) -> Response:

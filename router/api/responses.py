@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from router import pipeline
-from router.api import endpoint, lower_headers, read_body, router_of
+from router.api import SSE_HEADERS, endpoint, lower_headers, read_body, router_of
 from router.call import parse_body
 from router.escalation import Trace
 from router.responses import turn as turns
@@ -31,9 +31,6 @@ from router.responses.state import Stored
 if TYPE_CHECKING:
 
     from router.app import Router
-
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-
 
 @endpoint
 async def create(request: Request) -> Response:
