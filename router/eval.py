@@ -52,6 +52,8 @@ from typing import Any
 
 import orjson
 
+from router.verify import first_call
+
 OUTCOMES = ("correct", "wrong_tool", "wrong_args", "unneeded_call", "no_call", "malformed", "error")
 FALSE_ACCEPTS = frozenset({"wrong_tool", "wrong_args", "unneeded_call"})
 
@@ -222,15 +224,6 @@ def value_matches(spec: Any, present: bool, value: Any) -> bool:
     return present and _norm(value) == _norm(spec)
 
 
-def _first_call(message: Mapping[str, Any]) -> tuple[str, str] | None:
-    calls = message.get("tool_calls") or ()
-    if not calls or not isinstance(calls[0], dict):
-        return None
-    fn = calls[0].get("function") or {}
-    args = fn.get("arguments")
-    return str(fn.get("name") or ""), args if isinstance(args, str) else ""
-
-
 def offered_names(tools: Sequence[Mapping[str, Any]]) -> set[str]:
     return {str((t.get("function") or {}).get("name") or t.get("name") or "") for t in tools}
 
@@ -239,7 +232,7 @@ def score(case: Case, message: Mapping[str, Any] | None) -> Outcome:
     """The outcome of one answer (`message`: the answer's choices[0].message; None: no answer)."""
     if message is None:
         return Outcome("error", "no answer")
-    first = _first_call(message)
+    first = first_call(message)
     if first is None:
         if case.accept is None:
             return Outcome("correct")
@@ -358,7 +351,7 @@ async def run_cases(
                 detail = f"{type(exc).__name__}: {exc}"[:120]
             seconds = time.perf_counter() - started
         outcome = score(case, message)
-        first = _first_call(message) if message is not None else None
+        first = first_call(message) if message is not None else None
         result = Result(
             id=case.id,
             outcome=outcome.kind,
