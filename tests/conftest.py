@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from aiohttp import web
 
 from router.app import Router, create_app
 from router.settings import Settings
@@ -58,6 +60,18 @@ def policy_text(fast_url: str, full_url: str | None = None, *, extra: str = "", 
         store: memory://
     """
     return textwrap.dedent(base) + textwrap.dedent(routes) + textwrap.dedent(extra)
+
+
+@contextlib.asynccontextmanager
+async def serve_app(app: web.Application) -> AsyncIterator[str]:
+    """A small scripted upstream (an aiohttp app) on a free port; yields its /v1 URL."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    finally:
+        await runner.cleanup()
 
 
 @dataclass

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from router.upstream.fake import FakeConfig
 from tests.api.helpers import TOOLS, USER, assert_valid_weather_call, client, fake_requests, get, post, trailer
-from tests.conftest import policy_text
+from tests.conftest import policy_text, serve_app
 
 REPAIR_ROUTES = """
     routes:
@@ -65,25 +65,17 @@ def grammar_app(seen: list[dict[str, Any]], always_broken: bool = False) -> web.
     return app
 
 
-async def serve(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    await runner.cleanup()
-
-
 @pytest.fixture
 async def grammar() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
     seen: list[dict[str, Any]] = []
-    async for url in serve(grammar_app(seen)):
+    async with serve_app(grammar_app(seen)) as url:
         yield url, seen
 
 
 @pytest.fixture
 async def broken() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
     seen: list[dict[str, Any]] = []
-    async for url in serve(grammar_app(seen, always_broken=True)):
+    async with serve_app(grammar_app(seen, always_broken=True)) as url:
         yield url, seen
 
 

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from router.upstream.fake import FakeConfig
 from tests.api.helpers import TOOLS, USER, assert_error_body, post, sse, trailer
-from tests.conftest import policy_text
+from tests.conftest import policy_text, serve_app
 
 
 def empty_app() -> web.Application:
@@ -41,11 +41,8 @@ def empty_app() -> web.Application:
 
 @pytest.fixture
 async def empty() -> AsyncIterator[str]:
-    runner = web.AppRunner(empty_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    await runner.cleanup()
+    async with serve_app(empty_app()) as url:
+        yield url
 
 
 @pytest.mark.parametrize("how", ["done-only", "not-sse"])

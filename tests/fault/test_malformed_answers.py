@@ -18,7 +18,7 @@ from aiohttp import web
 
 from router.upstream.fake import FakeConfig
 from tests.api.helpers import ERROR_KEYS, assert_error_body, post, sse, trailer
-from tests.conftest import policy_text
+from tests.conftest import policy_text, serve_app
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
 
@@ -92,11 +92,8 @@ def bad_app() -> web.Application:
 
 @pytest.fixture
 async def bad() -> AsyncIterator[str]:
-    runner = web.AppRunner(bad_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    await runner.cleanup()
+    async with serve_app(bad_app()) as url:
+        yield url
 
 
 ALONE = """

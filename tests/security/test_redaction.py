@@ -21,7 +21,7 @@ from aiohttp import web
 from router.policy.loader import PolicyError, parse_policy
 from router.upstream.fake import FakeConfig
 from tests.api.helpers import TOOLS, Raw, get, post, with_key
-from tests.conftest import Proxy, policy_text
+from tests.conftest import Proxy, policy_text, serve_app
 
 FAST_KEY = "sk-canary-FASTKEY-5d41402abc4b2a76b9719d911017c592"
 ECHO_KEY = "canaryKEY-no-known-shape-7f3e9c1d2b"  # only the policy's own secrets list can catch this one
@@ -215,13 +215,8 @@ def echo_app() -> web.Application:
 
 @pytest.fixture
 async def echo() -> AsyncIterator[str]:
-    runner = web.AppRunner(echo_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    yield f"http://127.0.0.1:{port}/v1"
-    await runner.cleanup()
+    async with serve_app(echo_app()) as url:
+        yield url
 
 
 ECHO_ROUTES = """

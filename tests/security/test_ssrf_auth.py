@@ -34,7 +34,7 @@ from router.call import FORBIDDEN_FIELDS
 from router.settings import Settings
 from router.upstream.fake import FakeConfig
 from tests.api.helpers import ERROR_KEYS, Raw, assert_error_body, fake_requests, get, post, sse, with_key
-from tests.conftest import Proxy, policy_text
+from tests.conftest import Proxy, policy_text, serve_app
 from tests.security.test_redaction import CANARIES, ECHO_KEY, ECHO_ROUTES, FAST_KEY, Seen, attach, echo_app
 
 ESCALATE = "escalation: {to: full, max_attempts: 2}\n"
@@ -281,11 +281,8 @@ def logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]
 
 @pytest.fixture
 async def echo() -> AsyncIterator[str]:
-    runner = web.AppRunner(echo_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    await runner.cleanup()
+    async with serve_app(echo_app()) as url:
+        yield url
 
 
 async def responses_everywhere(
