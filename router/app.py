@@ -2,7 +2,8 @@
 
 Router            what one running proxy owns: settings, policy, upstream pools, store,
                   validator, judge-verdict cache, metrics, background tasks — reached as `request.app.state.router`
-routes            api/chat.py (POST /v1/chat/completions), api/responses.py (POST /v1/responses),
+routes            api/chat.py (POST /v1/chat/completions), api/messages.py (POST /v1/messages, Anthropic),
+                  api/responses.py (POST /v1/responses),
                   api/responses_ws.py (WebSocket mode on /v1/responses), api/admin.py (models,
                   health, stats, metrics)
 """
@@ -24,7 +25,7 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 
 from router.adaptive import AdaptiveState
-from router.api import admin, chat, error_response, responses, responses_ws
+from router.api import admin, chat, error_response, messages, responses, responses_ws
 from router.errors import Overloaded, Unauthorized, UnknownPath
 from router.escalation import Trace
 from router.metrics import Metrics
@@ -132,6 +133,8 @@ def create_app(settings: Settings, policy: PolicyHolder | None = None) -> Starle
     routes = [
         Route("/v1/chat/completions", chat.completions, methods=["POST"]),
         Route("/chat/completions", chat.completions, methods=["POST"]),
+        Route("/v1/messages", messages.create, methods=["POST"]),
+        Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
         Route("/v1/responses", responses.create, methods=["POST"]),
         Route("/responses", responses.create, methods=["POST"]),
         WebSocketRoute("/v1/responses", responses_ws.connect),

@@ -15,6 +15,7 @@ import orjson
 
 from router.errors import BadRequest, ForbiddenField, InvalidJSON
 from router.policy.decide import Features, features_of
+from router.upstream.base import Native
 
 # orjson decodes 1024 levels of nesting but encodes only 254, and the router re-encodes what it
 # forwards (the Responses transport also echoes request fields inside its events, a level or two
@@ -33,6 +34,8 @@ class Call:
     headers: Mapping[str, str]
     features: Features
     session: str
+    native: Native | None = None  # the request in the client's own API, for tiers that speak it
+    reported_errors: frozenset[str] = frozenset()  # tool calls the client marked failed (`is_error`)
 
     @property
     def stream(self) -> bool:

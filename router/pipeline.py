@@ -7,6 +7,9 @@
         trace.verify(answer)                the route's verifier (router/verify.py) → Escalate on reject
     trace.delivered(answer)                 remember routed tool calls for agent-reported errors
 
+A tier that speaks the client's own API (an `anthropic/*` tier for /v1/messages) gets the client's
+request itself (`Call.native`) and answers in it; the checks read the chat equivalent it comes with.
+
 Streams run the same loop through a `Gate` that holds tool-call deltas until they are checked, so
 a mistake found before anything was sent escalates invisibly.
 """
@@ -24,7 +27,7 @@ from router.escalation import Trace
 from router.hedge import first_valid
 from router.policy.decide import Live, decide
 from router.streaming import Gate, Joiner
-from router.upstream.base import Chunk, Reply
+from router.upstream.base import Chunk, Native, Reply, Upstream
 
 if TYPE_CHECKING:
     from router.app import Router
@@ -72,10 +75,22 @@ async def _joined(router: Router, trace: Trace) -> AsyncIterator[Chunk]:
                 yield join(ready)
 
 
+def _native(trace: Trace, upstream: Upstream, body: dict[str, Any]) -> Native | None:
+    """The client's own request, when `upstream` speaks its API and this attempt asks nothing more."""
+    native = trace.call.native
+    if native is None or body is not trace.call.body or native.dialect not in getattr(upstream, "dialects", ()):
+        return None
+    return native
+
+
 async def _reply(router: Router, trace: Trace, body: dict[str, Any], tier: str) -> AsyncIterator[Reply]:
     """One whole answer from `tier`, judged."""
+    upstream = router.upstreams[tier]
     try:
-        reply = await router.upstreams[tier].complete(body, trace.deadline)
+        if native := _native(trace, upstream, body):
+            reply = await upstream.complete_native(native, trace.deadline)  # type: ignore[attr-defined]
+        else:
+            reply = await upstream.complete(body, trace.deadline)
     except UpstreamError as exc:
         trace.failed(tier, exc)
     choices = reply.data.get("choices")
@@ -90,8 +105,13 @@ async def _reply(router: Router, trace: Trace, body: dict[str, Any], tier: str) 
 async def _chunks(router: Router, trace: Trace, body: dict[str, Any], tier: str) -> AsyncIterator[Chunk]:
     """`tier`'s stream through a gate: content as it comes, the rest once judged."""
     gate = Gate(hold=trace.checked(tier), tools_offered=bool(trace.call.features.tool_names))
+    upstream = router.upstreams[tier]
+    if native := _native(trace, upstream, body):
+        source = upstream.stream_native(native, trace.deadline)  # type: ignore[attr-defined]
+    else:
+        source = upstream.stream(body, trace.deadline)
     try:
-        async for chunk in router.upstreams[tier].stream(body, trace.deadline):
+        async for chunk in source:
             for ready in gate.feed(chunk):
                 yield ready
     except UpstreamError as exc:

@@ -4,10 +4,13 @@
 tool-call deltas, the finish chunk and usage are held; `message()` assembles the answer for the
 validator, and `release()` gives back the held part once it passed. Text that opens like a call
 written as text (`{`, `[`, a fence or a tag, when tools are offered) is held too, so such a leak
-never reaches the client. On an unchecked tier every chunk passes at once.
+never reaches the client. On an unchecked tier every chunk passes at once. A chunk that carries a
+tier's native event (`Chunk.native`) is one whole thing of that tier's API: once one of them holds a
+call or the finish, it and every later one are held whole and released as they came.
 
 `Joiner` turns chunks from any number of attempts into one stream: one `id`, one role delta, a
 blank line between the text of two attempts. Transports frame the result (SSE, WebSocket events).
+A chunk it changes loses its `raw` bytes, and its native event when its text changed.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class Gate:
         self._tail: list[Chunk] = []  # finish and usage chunks
         self._template: dict[str, Any] | None = None
         self._suspect: bool | None = None  # decided on the first non-blank text
+        self._native_tail = False  # native events are being held in order, from a call or finish on
 
     def feed(self, chunk: Chunk) -> list[Chunk]:
         """Take one upstream chunk; return what may be sent now."""
@@ -50,6 +54,11 @@ class Gate:
             self.text.append(text)
         if not self.hold:
             return [chunk]
+        if chunk.native is not None and (self._native_tail or delta.get("tool_calls") or fr):
+            self._native_tail = True
+            chunk.more = False
+            self._tail.append(chunk)
+            return []
         if delta.get("tool_calls") or fr:  # hold the call and the finish; keep this chunk's role and text
             if fr:
                 self._tail.append(_with(chunk, delta={}, finish_reason=fr))
@@ -96,7 +105,7 @@ class Gate:
         if not self.hold:
             return []
         out = self._flush()
-        if self.calls:
+        if self.calls and not self._native_tail:
             calls = [{"index": n, **self.calls[i]} for n, i in enumerate(sorted(self.calls))]
             out.append(self._synth({"tool_calls": calls}))
         out += self._tail
@@ -117,7 +126,7 @@ def _with(chunk: Chunk, delta: dict[str, Any], finish_reason: str | None) -> Chu
 
 class Joiner:
     """Chunks from successive attempts → one stream: one `id`, one role delta, and a blank line
-    between the text of two attempts. A chunk it changes loses its `raw` bytes."""
+    between the text of two attempts."""
 
     def __init__(self) -> None:
         self.id: str | None = None
@@ -131,7 +140,7 @@ class Joiner:
 
     def __call__(self, chunk: Chunk) -> Chunk:
         d = chunk.data
-        changed = False
+        changed = text_changed = False
         if self.id is None:
             self.id = d.get("id")
         elif d.get("id") != self.id:
@@ -149,9 +158,11 @@ class Joiner:
                 if self._separate:
                     delta = {**delta, "content": "\n\n" + delta["content"]}
                     self._separate = False
-                    changed = True
+                    changed = text_changed = True
                 self._text_sent = True
             if changed:
                 d = {**d, "choices": [{**choices[0], "delta": delta}, *choices[1:]]}
         self.sent = True
-        return Chunk(d, None) if changed else chunk
+        if not changed:
+            return chunk
+        return Chunk(d, None, native=None if text_changed else chunk.native)

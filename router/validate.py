@@ -285,9 +285,7 @@ class Validator:
                         mistakes.append(Mistake(MISSING_TOOL_CALL, tool, _short(detail)))
                         return mistakes
             if finish_reason == "tool_calls":
-                mistakes.append(
-                    Mistake(MISSING_TOOL_CALL, "", "finish_reason is tool_calls but no tool_calls")
-                )
+                mistakes.append(Mistake(MISSING_TOOL_CALL, "", "finish_reason is tool_calls but no tool_calls"))
         return mistakes
 
     def _check_call(
@@ -327,9 +325,7 @@ class Validator:
             try:
                 parsed = orjson.loads(args)
             except orjson.JSONDecodeError as exc:
-                mistakes.append(
-                    Mistake(INVALID_JSON, name, _short(f"arguments are not JSON: {exc}{truncated}"))
-                )
+                mistakes.append(Mistake(INVALID_JSON, name, _short(f"arguments are not JSON: {exc}{truncated}")))
                 return
         else:
             detail = f"arguments must be a JSON string, got {type(args).__name__}"
@@ -409,8 +405,7 @@ def _build_rules(names: frozenset[str], patterns: tuple[str, ...]) -> _Rules:
         quoted=re.compile(rf'"(?:{alternation})"'),
         pythonic=re.compile(_pythonic_pattern(tool), re.S),
         announce=tuple(
-            (re.compile(p.replace(_TOOL_PLACEHOLDER, tool), re.I | re.M), _TOOL_PLACEHOLDER in p)
-            for p in patterns
+            (re.compile(p.replace(_TOOL_PLACEHOLDER, tool), re.I | re.M), _TOOL_PLACEHOLDER in p) for p in patterns
         ),
     )
 

@@ -29,16 +29,18 @@ def error_response(exc: RouterError) -> Response:
     return Response(exc.to_json(), exc.http_status, exc.headers(), media_type="application/json")
 
 
-def endpoint(handler: Handler) -> Handler:
+def endpoint(handler: Handler, render: Callable[[RouterError], Response] = error_response) -> Handler:
+    """`handler` with every error rendered by `render` (the OpenAI shape unless the API has its own)."""
+
     @functools.wraps(handler)
     async def wrapped(request: Request) -> Response:
         try:
             return await handler(request)
         except RouterError as exc:
-            return error_response(exc)
+            return render(exc)
         except Exception as exc:  # no traceback: it could carry request data or upstream details
             log.error("unexpected %s in %s %s", type(exc).__name__, request.method, request.url.path)
-            return error_response(RouterError("The router failed unexpectedly; the error was logged."))
+            return render(RouterError("The router failed unexpectedly; the error was logged."))
 
     return wrapped
 

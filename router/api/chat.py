@@ -20,6 +20,7 @@ from router.upstream.base import Chunk
 if TYPE_CHECKING:
     from router.app import Router
 
+
 @endpoint
 async def completions(request: Request) -> Response:
     router = router_of(request)

@@ -29,8 +29,8 @@ from router.responses.events import Event
 from router.responses.state import Stored
 
 if TYPE_CHECKING:
-
     from router.app import Router
+
 
 @endpoint
 async def create(request: Request) -> Response:

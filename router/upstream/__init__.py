@@ -18,6 +18,10 @@ def build_upstream(name: str, tier: Tier) -> Upstream:
         from router.upstream.openai_compat import OpenAICompatUpstream
 
         return OpenAICompatUpstream(name, tier)
+    if tier.provider == "anthropic":
+        from router.upstream.anthropic import AnthropicUpstream
+
+        return AnthropicUpstream(name, tier)
     from router.upstream.litellm_adapter import LitellmUpstream
 
     return LitellmUpstream(name, tier)

@@ -3,6 +3,11 @@
     Upstream.complete(body, deadline) -> Reply      # a whole chat.completion
     Upstream.stream(body, deadline)   -> Chunks     # chat.completion.chunk dicts, in order
 
+A tier that also speaks a client's own API (`dialects`, e.g. "messages" for `anthropic/*` tiers)
+takes that request unchanged through `complete_native` / `stream_native`: its replies and chunks
+carry the native answer in `native` for the transport, and its chat-completions equivalent in `data`
+for the checks.
+
 Failures raise `router.errors.UpstreamError` (or its `UpstreamTimeout` / `UpstreamStatus`),
 whose `.mistake` names the mistake kind to record. Nothing an upstream raises carries its key.
 """
@@ -18,6 +23,7 @@ from typing import Any, Protocol
 class Reply:
     data: dict[str, Any]
     raw: bytes | None = None  # the upstream's exact body; forwarded untouched when present
+    native: dict[str, Any] | None = None  # the answer in the client's own API, from a tier that speaks it
 
 
 @dataclass(slots=True)
@@ -25,6 +31,7 @@ class Chunk:
     data: dict[str, Any]
     raw: bytes | None = None  # the upstream's exact JSON of this SSE event
     more: bool = False  # the next event was already received (the transport may coalesce writes)
+    native: dict[str, Any] | None = None  # the upstream's event in the client's own API (pass-through)
 
 
 class Upstream(Protocol):
@@ -37,3 +44,12 @@ class Upstream(Protocol):
     async def complete(self, body: dict[str, Any], deadline: float) -> Reply: ...
 
     def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Native:
+    """A client's request in its own API, for tiers that speak it (pass-through)."""
+
+    dialect: str  # "messages"
+    body: dict[str, Any]
+    headers: dict[str, str]  # the client's headers of that API worth forwarding (e.g. anthropic-beta)

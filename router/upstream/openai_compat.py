@@ -1,74 +1,39 @@
 """OpenAI-compatible tiers (llama.cpp, vLLM, Ollama, SGLang, OpenAI): a pooled aiohttp pass-through.
 
 One `aiohttp.ClientSession` per tier, keep-alive connections opened at start-up, bodies encoded
-once with orjson. Timeouts: `connect` for the TCP connection, `first_token` until the headers
-(JSON) or the first SSE event (stream), `total` — and the pipeline's deadline — for everything.
+once with orjson (the pool, warm-up and SSE reader are `PooledHTTP`'s, in http.py). Timeouts:
+`connect` for the TCP connection, `first_token` until the headers (JSON) or the first SSE event
+(stream), `total` — and the pipeline's deadline — for everything.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, NoReturn
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import orjson
 
-from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
+from router.errors import UpstreamError, upstream_text
 from router.policy.model import Tier
 from router.upstream.base import Chunk, Reply
+from router.upstream.http import PooledHTTP, sse_events
 
 log = logging.getLogger("router.upstream")
 
 _DONE = b"[DONE]"
 
 
-class OpenAICompatUpstream:
+class OpenAICompatUpstream(PooledHTTP):
     def __init__(self, tier: str, config: Tier) -> None:
-        self.tier = tier
-        self.config = config
-        self.url = config.api_base.rstrip("/") + "/chat/completions" if config.api_base else ""
-        key = config.api_key.get_secret_value() if config.api_key else ""
-        self._secrets = (key,) if key else ()
-        self._headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
-        if key and key != "none":
-            self._headers["authorization"] = f"Bearer {key}"
-        self._session: aiohttp.ClientSession | None = None
-
-    async def start(self, warm: bool = True) -> None:
-        connector = aiohttp.TCPConnector(
-            limit=self.config.max_connections, limit_per_host=0, keepalive_timeout=75, ttl_dns_cache=300
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector, headers=self._headers, json_serialize=lambda o: orjson.dumps(o).decode()
-        )
-        if warm and self.config.warm_connections:
-            await self.warm()
-
-    async def warm(self) -> int:
-        """Open `warm_connections` keep-alive connections (GET /models). Returns how many answered."""
-        assert self._session is not None
-        url = self.config.api_base.rstrip("/") + "/models" if self.config.api_base else ""
-        timeout = aiohttp.ClientTimeout(total=self.config.timeouts.connect + 2)
-
-        async def one() -> bool:
-            try:
-                async with self._session.get(url, timeout=timeout) as resp:  # type: ignore[union-attr]
-                    await resp.read()
-                    return resp.status < 500
-            except (aiohttp.ClientError, TimeoutError, ValueError):
-                return False
-
-        ok = sum(await asyncio.gather(*(one() for _ in range(self.config.warm_connections))))
-        if not ok:
-            log.warning("tier %s: no answer from its server at start-up; will retry on first call", self.tier)
-        return ok
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        super().__init__(tier, config)
+        base = config.api_base.rstrip("/") if config.api_base else ""
+        self.url, self.warm_url = base + "/chat/completions", base + "/models"
+        self._headers["accept"] = "application/json, text/event-stream"
+        if self._key:
+            self._headers["authorization"] = f"Bearer {self._key}"
 
     def _payload(self, body: dict[str, Any], stream: bool) -> bytes:
         out = {**self.config.defaults, **body, **self.config.params, "model": self.config.upstream_model}
@@ -80,37 +45,6 @@ class OpenAICompatUpstream:
             out.pop("stream", None)
             out.pop("stream_options", None)
         return orjson.dumps(out)
-
-    def _timeout(self, deadline: float) -> aiohttp.ClientTimeout:
-        t = self.config.timeouts
-        remaining = deadline - asyncio.get_running_loop().time()
-        if remaining <= 0:
-            raise UpstreamTimeout(f"tier {self.tier!r}: no time left before the call's deadline", tier=self.tier)
-        return aiohttp.ClientTimeout(total=min(t.total, remaining), sock_connect=t.connect)
-
-    def _fail(self, exc: BaseException) -> NoReturn:
-        if isinstance(exc, UpstreamError):
-            raise exc
-        if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
-            raise UpstreamTimeout(f"tier {self.tier!r} timed out", tier=self.tier) from None
-        if isinstance(exc, aiohttp.ClientConnectorError):
-            raise UpstreamError(f"tier {self.tier!r} is unreachable", tier=self.tier) from None
-        if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-            raise UpstreamError(f"tier {self.tier!r} closed the connection", tier=self.tier) from None
-        raise UpstreamError(f"tier {self.tier!r} failed ({type(exc).__name__})", tier=self.tier) from None
-
-    async def _error_status(self, resp: aiohttp.ClientResponse) -> NoReturn:
-        raw = await resp.content.read(4096)
-        try:
-            message = str(orjson.loads(raw)["error"]["message"])
-        except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
-            message = raw.decode("utf-8", "replace")
-        message = upstream_text(message, self._secrets)
-        raise UpstreamStatus(
-            f"tier {self.tier!r} answered HTTP {resp.status}: {message}",
-            tier=self.tier,
-            upstream_status=resp.status,
-        )
 
     async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
         assert self._session is not None, "start() first"
@@ -145,7 +79,7 @@ class OpenAICompatUpstream:
                 )
                 if resp.status >= 400:
                     await self._error_status(resp)
-                events = _sse_events(resp.content)
+                events = sse_events(resp.content)
                 first = await anext(events, None)
         except BaseException as exc:
             if resp is not None:
@@ -235,31 +169,3 @@ def _without_repeated_heads(chunk: Chunk, heads: dict[int, str]) -> Chunk:
         else:
             heads[index] = call_id
     return Chunk(chunk.data, None) if changed else chunk
-
-
-async def _sse_events(content: aiohttp.StreamReader) -> AsyncGenerator[tuple[bytes, bool], None]:
-    """(`data:` payload, more already received) per SSE event, reading whatever has arrived at once."""
-    lines: list[bytes] = []
-    rest = b""
-    while True:
-        block = await content.readany()
-        if not block:
-            break
-        parts = (rest + block).split(b"\n")
-        rest = parts.pop()
-        ready: list[bytes] = []
-        for line in parts:
-            line = line.rstrip(b"\r")
-            if not line:
-                if lines:
-                    ready.append(b"\n".join(lines))
-                    lines = []
-            elif line.startswith(b"data:"):
-                lines.append(line[5:].lstrip(b" "))
-        last = len(ready) - 1
-        for i, event in enumerate(ready):
-            yield event, i < last
-    if rest.startswith(b"data:"):
-        lines.append(rest[5:].lstrip(b" "))
-    if lines:
-        yield b"\n".join(lines), False

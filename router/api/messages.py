@@ -1,0 +1,122 @@
+"""POST /v1/messages (JSON and SSE) and POST /v1/messages/count_tokens — Anthropic's Messages API.
+
+The request is translated to a chat-completions call (router/messages/translate.py) and run through
+the same pipeline as /v1/chat/completions; an `anthropic/*` tier gets the request itself instead
+(`Call.native`, router/upstream/anthropic.py). `x-router-*` headers as on every transport; a stream
+also ends with the `: router {json}` comment. Errors have Anthropic's shape
+`{"type": "error", "error": {"type", "message"}}` with the same status codes as elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from router import pipeline
+from router.api import SSE_HEADERS, endpoint, lower_headers, read_body, router_of
+from router.call import FORBIDDEN_FIELDS, Call, parse_body, session_of
+from router.errors import BadRequest, ForbiddenField, RouterError
+from router.escalation import Trace
+from router.messages.events import Event, MessageEvents, error_body
+from router.messages.translate import chat_body, message_of, new_message_id
+from router.policy.decide import CHARS_PER_TOKEN, features_of
+from router.upstream.anthropic import FORWARDED_HEADERS
+from router.upstream.base import Chunk, Native
+
+if TYPE_CHECKING:
+    from router.app import Router
+
+
+def anthropic_error(exc: RouterError) -> Response:
+    return Response(orjson.dumps(error_body(exc)), exc.http_status, exc.headers(), media_type="application/json")
+
+
+anthropic_endpoint = functools.partial(endpoint, render=anthropic_error)
+
+
+def messages_call(raw: bytes, headers: Mapping[str, str], *, count_only: bool = False) -> Call:
+    """Parse and check a Messages request; the chat body is what routing and the checks read."""
+    request = parse_body(raw)
+    for name in FORBIDDEN_FIELDS:
+        if name in request:
+            raise ForbiddenField(f"The field {name!r} is not accepted: upstreams are set by the policy.", param=name)
+    max_tokens = request.get("max_tokens")
+    if not count_only and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
+        raise BadRequest("'max_tokens' is required and must be a positive integer.", param="max_tokens")
+    body, failed = chat_body(request)
+    native = Native("messages", request, {k: headers[k] for k in FORWARDED_HEADERS if k in headers})
+    return Call(body, headers, features_of(body, headers), session_of(body, headers), native, failed)
+
+
+@anthropic_endpoint
+async def create(request: Request) -> Response:
+    router = router_of(request)
+    router.authorize(request)
+    router.admit()
+    router.inflight += 1
+    streaming = False
+    try:
+        call = messages_call(await read_body(request, router), lower_headers(request))
+        model = str(call.body["model"])
+        if call.stream:
+            trace, chunks = await pipeline.stream(router, call)
+            streaming = True
+            frames = _sse(router, trace, chunks, MessageEvents(new_message_id(), model))
+            return StreamingResponse(frames, media_type="text/event-stream", headers={**SSE_HEADERS, **trace.headers()})
+        trace, reply = await pipeline.complete(router, call)
+        router.observe(trace, None)
+        if reply.native is not None and reply.raw is not None:  # the tier's own answer, untouched
+            return Response(reply.raw, headers=trace.headers(), media_type="application/json")
+        message = message_of(reply.data, model, new_message_id())
+        return Response(orjson.dumps(message), headers=trace.headers(), media_type="application/json")
+    finally:
+        if not streaming:
+            router.inflight -= 1
+
+
+@anthropic_endpoint
+async def count_tokens(request: Request) -> Response:
+    """An estimate, as the router counts prompt size for routing (characters / 4, tools included):
+    the tiers' tokenizers differ, and the router may send the call to any of them."""
+    router = router_of(request)
+    router.authorize(request)
+    call = messages_call(await read_body(request, router), lower_headers(request), count_only=True)
+    tools = len(orjson.dumps(call.body["tools"])) // CHARS_PER_TOKEN if call.body.get("tools") else 0
+    return Response(orjson.dumps({"input_tokens": call.features.prompt_tokens + tools}), media_type="application/json")
+
+
+def _frame(event: Event) -> bytes:
+    return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def _frames(events: list[Event]) -> bytes:
+    return b"".join(_frame(e) for e in events)
+
+
+async def _sse(
+    router: Router, trace: Trace, chunks: AsyncIterator[Chunk], events: MessageEvents
+) -> AsyncIterator[bytes]:
+    """Messages events of the pipeline's stream; an error after the first byte is an `error` event."""
+    ttft = asyncio.get_running_loop().time() - trace.started
+    pending: list[bytes] = []  # events of chunks that arrived together go out in one write
+    trailer = b": router " + b"%s\n\n"
+    try:
+        try:
+            async for chunk in chunks:
+                pending.append(_frames(events.feed(chunk)))
+                if not chunk.more:
+                    yield b"".join(pending)
+                    pending.clear()
+        except RouterError as exc:
+            yield b"".join((*pending, _frame(error_body(exc)), trailer % trace.summary()))
+            return
+        yield b"".join((*pending, _frames(events.close()), trailer % trace.summary()))
+    finally:
+        router.inflight -= 1
+        router.observe(trace, ttft)

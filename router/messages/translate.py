@@ -1,0 +1,274 @@
+"""Anthropic Messages ↔ chat completions, for tiers that speak only chat completions.
+
+    chat_body(request)            a Messages request → (chat-completions body, tool_use ids the
+                                  agent reported as failed with `is_error`)
+    message_of(reply, ...)        a chat.completion → a Messages `message` object
+    chat_message(message)         a Messages `message` (a native tier's answer) → the chat assistant
+                                  message the validator reads
+    stop_reason(finish_reason)    chat finish reasons → Messages stop reasons (and back: `finish_reason`)
+
+What a chat tier cannot take is left out of what it sees: `thinking` / `redacted_thinking` blocks,
+blocks of server tools (web search results, ...), `cache_control`. An `anthropic/*` tier gets the
+request unchanged instead (router/upstream/anthropic.py). Anthropic-defined client tools (`bash_*`,
+`text_editor_*`, ...) have no schema in the request; they become functions taking any object.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from router.errors import BadRequest
+
+_STOP_REASONS = {
+    "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
+    "content_filter": "refusal",
+}  # fmt: skip
+_FINISH_REASONS = {
+    "end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
+    "refusal": "content_filter", "pause_turn": "stop", "model_context_window_exceeded": "length",
+}  # fmt: skip
+_COPIED = ("temperature", "top_p", "max_tokens")  # same name, same meaning in both APIs
+_SERVER_TOOL_TYPES = ("web_search", "web_fetch", "code_execution", "mcp_toolset", "tool_search")
+
+
+def new_message_id() -> str:
+    return "msg_" + secrets.token_hex(12)
+
+
+def stop_reason(finish_reason: str | None, has_calls: bool = False) -> str:
+    return "tool_use" if has_calls else _STOP_REASONS.get(finish_reason or "stop", "end_turn")
+
+
+def finish_reason(stop: str | None) -> str | None:
+    return None if stop is None else _FINISH_REASONS.get(stop, "stop")
+
+
+def _bad(message: str, param: str) -> BadRequest:
+    return BadRequest(message, param=param)
+
+
+def _text_of(content: Any, param: str) -> str:
+    """`system` or a tool result's content: a string or a list of text blocks."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if not isinstance(content, list):
+        raise _bad(f"'{param}' must be a string or an array of content blocks.", param)
+    texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    return "\n".join(t for t in texts if isinstance(t, str))
+
+
+def _image_part(block: Mapping[str, Any]) -> dict[str, Any] | None:
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return None
+    if source.get("type") == "base64":
+        url = f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
+    elif source.get("type") == "url":
+        url = str(source.get("url", ""))
+    else:
+        return None
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _tool_result(block: Mapping[str, Any], param: str) -> dict[str, Any]:
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise _bad("A 'tool_result' block needs a 'tool_use_id' string.", param)
+    return {"role": "tool", "tool_call_id": call_id, "content": _text_of(block.get("content"), param)}
+
+
+def _user(content: list[Any], param: str, failed: set[str]) -> list[dict[str, Any]]:
+    """One user turn's blocks → tool messages (its tool results), then a user message (the rest)."""
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for i, block in enumerate(content):
+        if not isinstance(block, dict):
+            raise _bad("Content blocks must be objects.", f"{param}.{i}")
+        kind = block.get("type")
+        if kind == "tool_result":
+            out.append(_tool_result(block, f"{param}.{i}"))
+            if block.get("is_error") is True:
+                failed.add(str(block["tool_use_id"]))
+        elif kind == "text" and isinstance(block.get("text"), str):
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image" and (image := _image_part(block)) is not None:
+            parts.append(image)
+        elif kind == "document" and isinstance(source := block.get("source"), dict) and source.get("type") == "text":
+            parts.append({"type": "text", "text": str(source.get("data", ""))})
+    if parts:
+        only_text = all(p["type"] == "text" for p in parts)
+        out.append({"role": "user", "content": "\n".join(p["text"] for p in parts) if only_text else parts})
+    return out
+
+
+def _assistant(content: list[Any], param: str) -> dict[str, Any]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for i, block in enumerate(content):
+        if not isinstance(block, dict):
+            raise _bad("Content blocks must be objects.", f"{param}.{i}")
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif block.get("type") == "tool_use":
+            if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+                raise _bad("A 'tool_use' block needs 'id' and 'name' strings.", f"{param}.{i}")
+            arguments = orjson.dumps(block.get("input", {})).decode()
+            calls.append(
+                {"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}}
+            )
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _messages(request: Mapping[str, Any], failed: set[str]) -> list[dict[str, Any]]:
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _bad("'messages' must be a non-empty array of message objects.", "messages")
+    out: list[dict[str, Any]] = []
+    if (system := _text_of(request.get("system"), "system")) != "":
+        out.append({"role": "system", "content": system})
+    for i, m in enumerate(messages):
+        param = f"messages.{i}"
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+            raise _bad('Each message needs \'role\' "user" or "assistant".', param)
+        content = m.get("content")
+        if isinstance(content, str):
+            out.append({"role": m["role"], "content": content})
+        elif isinstance(content, list):
+            out += _user(content, param, failed) if m["role"] == "user" else [_assistant(content, param)]
+        else:
+            raise _bad("'content' must be a string or an array of content blocks.", f"{param}.content")
+    return out
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise _bad("'tools' must be an array of tool objects.", "tools")
+    out = []
+    for i, tool in enumerate(tools):
+        kind = str(tool.get("type") or "custom")
+        if kind.startswith(_SERVER_TOOL_TYPES):
+            continue  # run by Anthropic's servers: nothing a chat tier could call
+        if not isinstance(tool.get("name"), str) or not tool["name"]:
+            raise _bad("Each tool needs a 'name' string.", f"tools.{i}.name")
+        function: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: Any, body: dict[str, Any]) -> None:
+    if not isinstance(choice, dict):
+        raise _bad("'tool_choice' must be an object with a 'type'.", "tool_choice")
+    kind = choice.get("type")
+    if kind == "tool":
+        if not isinstance(choice.get("name"), str):
+            raise _bad("'tool_choice' of type \"tool\" needs a 'name'.", "tool_choice.name")
+        body["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+    elif kind in ("auto", "any", "none"):
+        body["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[kind]
+    else:
+        raise _bad("'tool_choice.type' must be one of auto, any, tool, none.", "tool_choice.type")
+    if choice.get("disable_parallel_tool_use") is True:
+        body["parallel_tool_calls"] = False
+
+
+def chat_body(request: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+    """The chat-completions body of a Messages request, and the tool calls it reports as failed."""
+    if not isinstance(request.get("model"), str) or not request["model"]:
+        raise _bad("'model' is required and must be a string.", "model")
+    failed: set[str] = set()
+    body: dict[str, Any] = {"model": request["model"], "messages": _messages(request, failed)}
+    body.update({k: request[k] for k in _COPIED if k in request})
+    if isinstance(stop := request.get("stop_sequences"), list) and stop:
+        body["stop"] = stop
+    if request.get("tools"):
+        body["tools"] = _tools(request["tools"])
+        if not body["tools"]:
+            del body["tools"]
+    if request.get("tool_choice") is not None and body.get("tools"):
+        _tool_choice(request["tool_choice"], body)
+    if isinstance(metadata := request.get("metadata"), dict) and isinstance(user := metadata.get("user_id"), str):
+        body["user"] = user
+    if request.get("stream") is True:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body, frozenset(failed)
+
+
+def _input_of(arguments: Any) -> Any:
+    """A tool call's arguments as the `input` object; text that is not JSON stays text (only an
+    unchecked tier can deliver it, and the client should see what the model said)."""
+    try:
+        return orjson.loads(arguments or "{}")
+    except orjson.JSONDecodeError:
+        return arguments
+
+
+def content_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if isinstance(text := message.get("content"), str) and text:
+        blocks.append({"type": "text", "text": text})
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        blocks.append({"type": "tool_use", "id": str(call.get("id") or new_tool_id()), "name": str(fn.get("name", "")),
+                       "input": _input_of(fn.get("arguments"))})  # fmt: skip
+    return blocks
+
+
+def new_tool_id() -> str:
+    return "toolu_" + secrets.token_hex(12)
+
+
+def usage_of(usage: Any) -> dict[str, int]:
+    usage = usage if isinstance(usage, dict) else {}
+    return {
+        "input_tokens": int(usage.get("prompt_tokens") or 0),
+        "output_tokens": int(usage.get("completion_tokens") or 0),
+    }
+
+
+def message_of(reply: Mapping[str, Any], model: str, message_id: str) -> dict[str, Any]:
+    """A chat.completion → the Messages `message` object."""
+    choices = reply.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    message = choice.get("message") or {}
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": str(reply.get("model") or model),
+        "content": content_blocks(message),
+        "stop_reason": stop_reason(choice.get("finish_reason"), bool(message.get("tool_calls"))),
+        "stop_sequence": None,
+        "usage": usage_of(reply.get("usage")),
+    }
+
+
+def chat_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A native Messages answer → the chat assistant message that the validator and feedback read."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in message.get("content") or ():
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif block.get("type") == "tool_use":
+            raw = block.get("input", {})
+            arguments = raw if isinstance(raw, str) else orjson.dumps(raw).decode()
+            calls.append({"id": str(block.get("id", "")), "type": "function",
+                          "function": {"name": str(block.get("name", "")), "arguments": arguments}})  # fmt: skip
+    out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        out["tool_calls"] = calls
+    return out

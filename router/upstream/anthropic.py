@@ -1,0 +1,193 @@
+"""`anthropic/*` tiers: Messages requests passed through, everything else through litellm.
+
+A client of /v1/messages routed to an `anthropic/*` tier has its request sent as it came (the tier's
+model, `defaults` and `params` applied; `anthropic-version` and `anthropic-beta` forwarded) to
+`{api_base}/v1/messages` (default https://api.anthropic.com) over this tier's pooled connections,
+and the answer comes back as sent: every stream event is forwarded as it arrives, with nothing
+lost in translation (thinking, signatures, cache usage, server tools). Each reply and chunk also
+carries its chat-completions equivalent, which is what the checks read.
+
+Chat-completions and Responses clients routed here go through litellm (litellm_adapter.py), which
+translates to and from Messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+
+from router.errors import UpstreamError, upstream_text
+from router.messages.translate import chat_message, finish_reason
+from router.policy.model import Tier
+from router.upstream.base import Chunk, Native, Reply
+from router.upstream.http import PooledHTTP, sse_events
+from router.upstream.litellm_adapter import LitellmUpstream
+
+ANTHROPIC_API = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+
+
+class AnthropicUpstream(PooledHTTP):
+    dialects = frozenset({"messages"})
+
+    def __init__(self, tier: str, config: Tier) -> None:
+        super().__init__(tier, config)
+        base = (config.api_base or ANTHROPIC_API).rstrip("/")
+        self.url, self.warm_url = base + "/v1/messages", base + "/v1/models"
+        self._headers.update({"accept": "application/json, text/event-stream", "anthropic-version": ANTHROPIC_VERSION})
+        if self._key:
+            self._headers["x-api-key"] = self._key
+        self.model = config.model.split("/", 1)[1]
+        self._chat = LitellmUpstream(tier, config)
+
+    async def start(self, warm: bool = True) -> None:
+        await super().start(warm)
+        await self._chat.start(warm)
+
+    async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
+        return await self._chat.complete(body, deadline)
+
+    def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
+        return self._chat.stream(body, deadline)
+
+    def _request(self, native: Native, stream: bool) -> tuple[bytes, dict[str, str]]:
+        body = {**self.config.defaults, **native.body, **self.config.params, "model": self.model}
+        if stream:
+            body["stream"] = True
+        else:
+            body.pop("stream", None)
+        headers = {k: v for k, v in native.headers.items() if k in FORWARDED_HEADERS}
+        return orjson.dumps(body), headers
+
+    async def _post(self, native: Native, deadline: float, stream: bool) -> aiohttp.ClientResponse:
+        assert self._session is not None, "start() first"
+        data, headers = self._request(native, stream)
+        resp = await self._session.post(self.url, data=data, headers=headers, timeout=self._timeout(deadline))
+        if resp.status >= 400:
+            async with resp:
+                await self._error_status(resp)
+        return resp
+
+    async def complete_native(self, native: Native, deadline: float) -> Reply:
+        try:
+            async with asyncio.timeout(self.config.timeouts.first_token):
+                resp = await self._post(native, deadline, stream=False)
+            async with resp:
+                raw = await resp.read()
+        except Exception as exc:  # every failure becomes an UpstreamError without secrets
+            self._fail(exc)
+        try:
+            message = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise UpstreamError(f"tier {self.tier!r} answered with invalid JSON", tier=self.tier) from None
+        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+            raise UpstreamError(f"tier {self.tier!r} answered with a malformed message", tier=self.tier)
+        return Reply(_completion(message), raw, native=message)
+
+    async def stream_native(self, native: Native, deadline: float) -> AsyncIterator[Chunk]:
+        resp: aiohttp.ClientResponse | None = None
+        try:
+            async with asyncio.timeout(self.config.timeouts.first_token):
+                resp = await self._post(native, deadline, stream=True)
+                events = sse_events(resp.content)
+                first = await anext(events, None)
+        except BaseException as exc:
+            if resp is not None:
+                resp.close()
+            if not isinstance(exc, Exception):
+                raise
+            self._fail(exc)
+        view = ChatView(self.tier, self._secrets)
+        try:
+            async with resp:
+                item = first
+                while item is not None:
+                    raw, more = item
+                    chunk = view.chunk(raw)
+                    chunk.more = more
+                    yield chunk
+                    item = await anext(events, None)
+        except Exception as exc:
+            self._fail(exc)
+        finally:
+            await events.aclose()
+
+
+def _completion(message: dict[str, Any]) -> dict[str, Any]:
+    """A Messages answer as the chat.completion the pipeline reads."""
+    usage = message["usage"] if isinstance(message.get("usage"), dict) else {}
+    return {
+        "id": str(message.get("id", "")),
+        "object": "chat.completion",
+        "model": str(message.get("model", "")),
+        "choices": [
+            {"index": 0, "message": chat_message(message), "finish_reason": finish_reason(message.get("stop_reason"))}
+        ],
+        "usage": {"prompt_tokens": usage.get("input_tokens", 0), "completion_tokens": usage.get("output_tokens", 0)},
+    }
+
+
+class ChatView:
+    """Messages stream events → the chat.completion.chunk each one amounts to (for the Gate and the
+    validator), kept with the event itself in `Chunk.native`."""
+
+    def __init__(self, tier: str, secrets: tuple[str, ...]) -> None:
+        self.tier = tier
+        self.secrets = secrets
+        self.id = ""
+        self.model = ""
+        self._calls: dict[int, int] = {}  # tool_use block index → tool-call index
+        self._args: set[int] = set()  # tool calls whose arguments have started
+
+    def chunk(self, raw: bytes) -> Chunk:
+        try:
+            event = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event", tier=self.tier) from None
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            raise UpstreamError(f"tier {self.tier!r} sent an SSE event without a type", tier=self.tier)
+        if event["type"] == "error":
+            message = upstream_text(str((event.get("error") or {}).get("message", "")), self.secrets)
+            raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)
+        delta, finish = self._delta(event)
+        choices = [] if event["type"] == "message_stop" else [{"index": 0, "delta": delta, "finish_reason": finish}]
+        data = {"id": self.id, "object": "chat.completion.chunk", "model": self.model, "choices": choices}
+        return Chunk(data, None, native=event)
+
+    def _delta(self, event: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        kind = event["type"]
+        if kind == "message_start":
+            message = event["message"] if isinstance(event.get("message"), dict) else {}
+            self.id, self.model = str(message.get("id", "")), str(message.get("model", ""))
+            return {"role": "assistant"}, None
+        if kind == "message_delta":
+            return {}, finish_reason((event.get("delta") or {}).get("stop_reason")) or "stop"
+        index = event.get("index")
+        block = event.get("content_block") or {}
+        if kind == "content_block_start" and block.get("type") == "tool_use" and isinstance(index, int):
+            n = self._calls[index] = len(self._calls)
+            function = {"name": str(block.get("name", "")), "arguments": ""}
+            return {
+                "tool_calls": [{"index": n, "id": str(block.get("id", "")), "type": "function", "function": function}]
+            }, None
+        if kind == "content_block_start" and block.get("type") == "text" and block.get("text"):
+            return {"content": str(block["text"])}, None
+        delta = event.get("delta") or {}
+        if kind == "content_block_delta" and delta.get("type") == "text_delta":
+            return {"content": str(delta.get("text", ""))}, None
+        if kind == "content_block_delta" and delta.get("type") == "input_json_delta" and index in self._calls:
+            if text := str(delta.get("partial_json") or ""):
+                self._args.add(self._calls[index])
+            return _arguments(self._calls[index], text), None
+        if kind == "content_block_stop" and index in self._calls and self._calls[index] not in self._args:
+            return _arguments(self._calls[index], "{}"), None  # a call without input: an empty object
+        return {}, None
+
+
+def _arguments(n: int, text: str) -> dict[str, Any]:
+    return {"tool_calls": [{"index": n, "function": {"arguments": text}}]}

@@ -1,0 +1,129 @@
+"""What the pooled aiohttp tiers share: one keep-alive pool per tier, warmed at start-up, deadlines,
+failures turned into `UpstreamError`s without secrets, and an SSE reader.
+
+    PooledHTTP         base of OpenAICompatUpstream (openai_compat.py) and AnthropicUpstream (anthropic.py)
+    sse_events(body)   (`data:` payload, more already received) per SSE event
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator
+from typing import NoReturn
+
+import aiohttp
+import orjson
+
+from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
+from router.policy.model import Tier
+
+log = logging.getLogger("router.upstream")
+
+
+class PooledHTTP:
+    """A tier's aiohttp session. Subclasses set `url` (where calls go), `warm_url` and `_headers`."""
+
+    url = ""
+    warm_url = ""
+
+    def __init__(self, tier: str, config: Tier) -> None:
+        self.tier = tier
+        self.config = config
+        key = config.api_key.get_secret_value() if config.api_key else ""
+        self._key = key if key != "none" else ""
+        self._secrets = (key,) if key else ()
+        self._headers: dict[str, str] = {"content-type": "application/json"}
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self, warm: bool = True) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=self.config.max_connections, limit_per_host=0, keepalive_timeout=75, ttl_dns_cache=300
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector, headers=self._headers, json_serialize=lambda o: orjson.dumps(o).decode()
+        )
+        if warm and self.config.warm_connections:
+            await self.warm()
+
+    async def warm(self) -> int:
+        """Open `warm_connections` keep-alive connections (GET `warm_url`). Returns how many answered."""
+        assert self._session is not None
+        timeout = aiohttp.ClientTimeout(total=self.config.timeouts.connect + 2)
+
+        async def one() -> bool:
+            try:
+                async with self._session.get(self.warm_url, timeout=timeout) as resp:  # type: ignore[union-attr]
+                    await resp.read()
+                    return resp.status < 500
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                return False
+
+        ok = sum(await asyncio.gather(*(one() for _ in range(self.config.warm_connections))))
+        if not ok:
+            log.warning("tier %s: no answer from its server at start-up; will retry on first call", self.tier)
+        return ok
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _timeout(self, deadline: float) -> aiohttp.ClientTimeout:
+        t = self.config.timeouts
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            raise UpstreamTimeout(f"tier {self.tier!r}: no time left before the call's deadline", tier=self.tier)
+        return aiohttp.ClientTimeout(total=min(t.total, remaining), sock_connect=t.connect)
+
+    def _fail(self, exc: BaseException) -> NoReturn:
+        if isinstance(exc, UpstreamError):
+            raise exc
+        if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+            raise UpstreamTimeout(f"tier {self.tier!r} timed out", tier=self.tier) from None
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            raise UpstreamError(f"tier {self.tier!r} is unreachable", tier=self.tier) from None
+        if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+            raise UpstreamError(f"tier {self.tier!r} closed the connection", tier=self.tier) from None
+        raise UpstreamError(f"tier {self.tier!r} failed ({type(exc).__name__})", tier=self.tier) from None
+
+    async def _error_status(self, resp: aiohttp.ClientResponse) -> NoReturn:
+        raw = await resp.content.read(4096)
+        try:
+            message = str(orjson.loads(raw)["error"]["message"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
+            message = raw.decode("utf-8", "replace")
+        message = upstream_text(message, self._secrets)
+        raise UpstreamStatus(
+            f"tier {self.tier!r} answered HTTP {resp.status}: {message}",
+            tier=self.tier,
+            upstream_status=resp.status,
+        )
+
+
+async def sse_events(content: aiohttp.StreamReader) -> AsyncGenerator[tuple[bytes, bool], None]:
+    """(`data:` payload, more already received) per SSE event, reading whatever has arrived at once."""
+    lines: list[bytes] = []
+    rest = b""
+    while True:
+        block = await content.readany()
+        if not block:
+            break
+        parts = (rest + block).split(b"\n")
+        rest = parts.pop()
+        ready: list[bytes] = []
+        for line in parts:
+            line = line.rstrip(b"\r")
+            if not line:
+                if lines:
+                    ready.append(b"\n".join(lines))
+                    lines = []
+            elif line.startswith(b"data:"):
+                lines.append(line[5:].lstrip(b" "))
+        last = len(ready) - 1
+        for i, event in enumerate(ready):
+            yield event, i < last
+    if rest.startswith(b"data:"):
+        lines.append(rest[5:].lstrip(b" "))
+    if lines:
+        yield b"\n".join(lines), False
