@@ -28,6 +28,7 @@ from router.adaptive import AdaptiveState
 from router.api import admin, chat, error_response, messages, responses, responses_ws
 from router.errors import Overloaded, Unauthorized, UnknownPath
 from router.escalation import Trace
+from router.lanes import Lanes
 from router.metrics import Metrics
 from router.policy.model import Policy
 from router.policy.watch import PolicyHolder, watch
@@ -51,6 +52,7 @@ class Router:
         self.verdicts = VerdictCache()  # judge verdicts by (call, context) hash, bounded LRU
         self.metrics = Metrics()
         self.adaptive = AdaptiveState(store, policy)
+        self.lanes = Lanes()  # calls in flight per lane, lane views of the policy
         self.responses = ResponseCache(settings.responses_cache_entries, settings.responses_cache_bytes)
         self.inflight = 0
         self.ready = False

@@ -7,7 +7,9 @@
     ├── Unauthorized                 401 authentication_error / invalid_api_key
     ├── NotFound                     404 invalid_request_error / model_not_found
     │   └── UnknownPath              404 (or 405) invalid_request_error / not_found
+    ├── LaneRefused                  403 permission_error / lane_refused        (router/lanes.py)
     ├── BodyTooLarge                 413 invalid_request_error / body_too_large
+    ├── LaneBusy                     429 rate_limit_error / lane_busy            (Retry-After)
     ├── Overloaded                   503 overloaded_error / overloaded          (Retry-After)
     └── UpstreamError                502 upstream_error / upstream_error        (x-should-retry: false)
         ├── UpstreamTimeout          504 timeout_error / timeout
@@ -113,6 +115,27 @@ class UnknownPath(NotFound):
     """No such URL (404) or method (405): not a model that was not found."""
 
     code = "not_found"
+
+
+class LaneRefused(RouterError):
+    """The call asked for a lane the policy refuses."""
+
+    status = 403
+    type = "permission_error"
+    code = "lane_refused"
+    should_retry = False
+
+
+class LaneBusy(RouterError):
+    """The call asked for a lane that is at its `max_concurrent` with `over_limit: refuse`."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "lane_busy"
+    should_retry = True
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "retry-after": "1"}
 
 
 class BodyTooLarge(RouterError):

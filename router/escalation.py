@@ -22,6 +22,7 @@ from tenacity.wait import wait_exponential_jitter
 
 from router.call import Call
 from router.errors import UpstreamError
+from router.lanes import STANDARD_LANE, Choice
 from router.policy.decide import Decision
 from router.policy.model import Policy
 from router.store.base import ESCALATED, Event, RoutedCall
@@ -55,8 +56,11 @@ def _wait(state: RetryCallState) -> float:
 
 
 class Trace:
-    def __init__(self, router: Router, call: Call, policy: Policy, decision: Decision) -> None:
+    def __init__(
+        self, router: Router, call: Call, policy: Policy, decision: Decision, lane: Choice = STANDARD_LANE
+    ) -> None:
         self.router = router
+        self.lane = lane
         self.call = call
         self.policy = policy
         self.decision = decision
@@ -236,6 +240,7 @@ class Trace:
             "x-router-escalated": "true" if self.escalated else "false",
             "x-router-mistakes": ",".join(self.mistakes),
             "x-router-repaired": "true" if self.repaired else "false",
+            "x-router-lane": self.lane.name,
             **({"x-router-verified": ",".join(self.verdicts)} if self.verdicts else {}),
         }
 
@@ -250,5 +255,6 @@ class Trace:
                 "tiers": self.tried,
                 "repaired": self.repaired,
                 "verified": self.verdicts,
+                "lane": self.lane.name,
             }
         )

@@ -53,6 +53,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.lanes = Counter(
+            "router_lanes",
+            "Client calls by the lane asked for and outcome (served, standard, capped, refused, busy)",
+            ["lane", "outcome"],
+            registry=r,
+        )
         self.reloads = Counter("router_policy_reloads", "Policy reloads by outcome", ["outcome"], registry=r)
 
     def observe_answer(self, tier: str, route: str, answered: bool, kinds: Sequence[str]) -> None:

@@ -1,6 +1,7 @@
 """The one flow every transport shares: decide → call → validate → escalate → record.
 
-    trace = begin(call)                     agent feedback, sticky sessions, policy.decide (pure)
+    trace = begin(call)                     lane (router/lanes.py), agent feedback, sticky sessions,
+                                            policy.decide (pure)
     for each attempt (tenacity):            escalation.Trace picks tier and body (routed, repair, stronger)
         answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks
         trace.judge(answer)                 validate.check → record → Escalate if warranted
@@ -36,21 +37,29 @@ T = TypeVar("T")
 
 
 async def begin(router: Router, call: Call) -> Trace:
-    policy = router.policy.current
-    sticky = await feedback.sticky_tier(router, call, policy)
-    live = Live(sticky_tier=sticky, degraded=router.adaptive.degraded, diverted=router.adaptive.diverted)
-    decision = decide(call.features, policy, live)
+    lane, call, policy = router.lanes.enter(call, router.policy.current)
+    router.metrics.lanes.labels(lane.asked or lane.name, lane.outcome).inc()
+    try:
+        sticky = await feedback.sticky_tier(router, call, policy)
+        live = Live(sticky_tier=sticky, degraded=router.adaptive.degraded, diverted=router.adaptive.diverted)
+        decision = decide(call.features, policy, live)
+    except BaseException:
+        router.lanes.leave(lane)
+        raise
     router.adaptive.note(decision)
-    return Trace(router, call, policy, decision)
+    return Trace(router, call, policy, decision, lane)
 
 
 async def complete(router: Router, call: Call) -> tuple[Trace, Reply]:
     trace = await begin(router, call)
-    async for attempt in trace.attempts():
-        with attempt:
-            tier, body = trace.next_attempt()
-            replies = await _hedged(trace, tier, partial(_reply, router, trace, body))
-            reply = await anext(replies)
+    try:
+        async for attempt in trace.attempts():
+            with attempt:
+                tier, body = trace.next_attempt()
+                replies = await _hedged(trace, tier, partial(_reply, router, trace, body))
+                reply = await anext(replies)
+    finally:
+        router.lanes.leave(trace.lane)
     return trace, reply
 
 
@@ -67,12 +76,15 @@ async def stream(router: Router, call: Call) -> tuple[Trace, AsyncIterator[Chunk
 
 async def _joined(router: Router, trace: Trace) -> AsyncIterator[Chunk]:
     join = Joiner()
-    async for attempt in trace.attempts():
-        with attempt:
-            tier, body = trace.next_attempt()
-            join.next_attempt()
-            async for ready in await _hedged(trace, tier, partial(_chunks, router, trace, body)):
-                yield join(ready)
+    try:
+        async for attempt in trace.attempts():
+            with attempt:
+                tier, body = trace.next_attempt()
+                join.next_attempt()
+                async for ready in await _hedged(trace, tier, partial(_chunks, router, trace, body)):
+                    yield join(ready)
+    finally:
+        router.lanes.leave(trace.lane)
 
 
 def _native(trace: Trace, upstream: Upstream, body: dict[str, Any]) -> Native | None:

@@ -210,6 +210,28 @@ class Escalation(Strict):
         return (self.to,) if isinstance(self.to, str) else tuple(self.to)
 
 
+class Lane(Strict):
+    """A lane a call may ask for — Anthropic's `speed`, OpenAI's `service_tier`, or the router's
+    `x-router-lane: <name>` header — and how it is served: tier variants (e.g. a low-batch replica),
+    body fields for upstreams that schedule by them (vLLM's `priority`), the request's own fields
+    passed on, a cap on calls in flight, or a refusal. A call asking for nothing is on lane `standard`."""
+
+    speed: list[str] | None = Field(
+        default=None, description="`speed` values that ask for this lane (default: the lane's name)"
+    )
+    service_tier: list[str] | None = Field(
+        default=None, description="`service_tier` values that ask for this lane (default: the lane's name)"
+    )
+    tiers: dict[str, str] = Field(default_factory=dict, description="tier → the tier serving it on this lane")
+    params: dict[str, Any] = Field(default_factory=dict, description="body fields set on this lane's upstream calls")
+    forward: bool = Field(default=False, description="pass the request's `speed` / `service_tier` on upstream")
+    max_concurrent: int | None = Field(default=None, ge=1, description="calls in flight on this lane at most")
+    over_limit: Literal["standard", "refuse"] = Field(
+        default="standard", description="beyond max_concurrent: serve on the standard lane, or refuse (429)"
+    )
+    refuse: bool = Field(default=False, description="refuse calls that ask for this lane (403)")
+
+
 class Policy(Strict):
     version: Literal[1]
     models: dict[str, Tier] = Field(min_length=1)
@@ -219,6 +241,20 @@ class Policy(Strict):
     allow_tier_header: bool = Field(False, description="let clients force a tier with `x-router-tier`")
     client_keys: list[SecretStr] = Field(default_factory=list, description="if set, clients must send one")
     store: str = "sqlite:///./.agent-router/state.db"
+    lanes: dict[str, Lane] = Field(default_factory=dict, description="lanes calls may ask for (router/lanes.py)")
+
+    @model_validator(mode="after")
+    def _lanes_valid(self) -> Policy:
+        for name, lane in self.lanes.items():
+            if name == "standard":
+                raise ValueError("lanes.standard: 'standard' is the lane of calls that ask for none; pick another name")
+            for tier, variant in lane.tiers.items():
+                for role, ref in (("tier", tier), ("variant", variant)):
+                    if ref not in self.models:
+                        raise ValueError(
+                            f"lanes.{name}.tiers: unknown {role} {ref!r} (tiers: {', '.join(self.models)})"
+                        )
+        return self
 
     @model_validator(mode="after")
     def _references_exist(self) -> Policy:

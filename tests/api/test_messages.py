@@ -42,7 +42,8 @@ def native_policy(fast_url: str, claude_root: str, *, claude_is: str = "full") -
     policy = policy_text(fast_url, extra="escalation: {to: full}\n")
     marker = f"  {claude_is}:\n    model: openai/{claude_is}-model\n    api_base: {fast_url}\n"
     assert marker in policy
-    tier = f"  {claude_is}:\n    model: anthropic/claude-test\n    api_base: {claude_root}\n    api_key: {ANTHROPIC_KEY}\n"
+    tier = f"  {claude_is}:\n    model: anthropic/claude-test\n    api_base: {claude_root}\n"
+    tier += f"    api_key: {ANTHROPIC_KEY}\n"
     return policy.replace(marker, tier)
 
 
@@ -86,9 +87,7 @@ async def test_broken_fast_tool_call_is_escalated_before_the_agent_sees_it(start
     fast = await start_fake_(FakeConfig(seed=3, bad_tool_rate=1.0, bad_kinds=("invalid_json",)))
     full = await start_fake_(FakeConfig(seed=4))
     proxy = await proxy_(policy_text(fast.url, full.url, extra="escalation: {to: full}\n"))
-    raw = await sdk(proxy).messages.with_raw_response.create(
-        model="auto", max_tokens=64, messages=ASK, tools=[WEATHER]
-    )
+    raw = await sdk(proxy).messages.with_raw_response.create(model="auto", max_tokens=64, messages=ASK, tools=[WEATHER])
     assert (raw.headers["x-router-tier"], raw.headers["x-router-escalated"]) == ("full", "true")
     assert raw.headers["x-router-mistakes"] == "invalid_json"
     message = await raw.parse()
@@ -147,8 +146,10 @@ async def test_tool_result_with_is_error_makes_the_session_sticky(fake, proxy_, 
     history: list[Any] = [
         *ASK,
         {"role": "assistant", "content": [call.model_dump()]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "city not found",
-                                      "is_error": True}]},  # fmt: skip
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "no such city", "is_error": True}],
+        },
     ]
     second = await client.messages.with_raw_response.create(
         model="auto", max_tokens=64, messages=history, tools=[WEATHER], metadata={"user_id": "session-42"}
