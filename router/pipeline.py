@@ -128,8 +128,10 @@ async def _chunks(router: Router, trace: Trace, body: dict[str, Any], tier: str)
                 yield ready
     except UpstreamError as exc:
         trace.failed(tier, exc)
-    trace.judge(tier, gate.message(), gate.finish_reason)
-    trace.delivered(tier, gate.message())
+    message = gate.message()
+    trace.judge(tier, message, gate.finish_reason)
+    await trace.verify(tier, body, {"message": message, "finish_reason": gate.finish_reason})
+    trace.delivered(tier, message)
     for ready in gate.release():
         yield ready
 

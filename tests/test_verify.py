@@ -247,3 +247,24 @@ def test_helpers() -> None:
     for k in (b"a", b"b", b"c"):
         cache.put(k, Verdict(True, ""))
     assert len(cache) == 2 and cache.get(b"a") is None and cache.get(b"c") is not None
+
+
+async def test_streamed_calls_are_verified_before_release(
+    scripted: Scripted, start_fake_: Callable[..., Awaitable[FakeServer]], proxy_: Callable[..., Awaitable[Proxy]]
+) -> None:
+    fake = await start_fake_()
+    proxy = await proxy_(policy(fake.url, fake.url, "{kind: judge, tier: judge}", judge=scripted.url))
+    body = {
+        "model": "auto", "messages": [{"role": "user", "content": "do it"}], "tools": TOOLS, "stream": True,
+        "tool_choice": {"type": "function", "function": {"name": "bad"}},
+    }  # fmt: skip
+    async with aiohttp.ClientSession() as s, s.post(proxy.url + "/chat/completions", json=body) as resp:
+        raw = await resp.read()
+    assert (resp.headers["x-router-tier"], resp.headers["x-router-mistakes"]) == ("full", "verifier_reject")
+    assert resp.headers["x-router-verified"] == "judge:reject"
+    frames = [orjson.loads(line[6:]) for line in raw.split(b"\n") if line.startswith(b"data: {")]
+    calls = [tc for f in frames for c in f["choices"] for tc in (c["delta"].get("tool_calls") or ())]
+    assert len({c["id"] for c in calls if c.get("id")}) == 1  # one call reached the client: full's
+    [trailer] = [line for line in raw.split(b"\n") if line.startswith(b": router ")]
+    assert orjson.loads(trailer[len(b": router ") :])["tiers"] == ["fast", "full"]
+    assert len([r for r in scripted.requests if "response_format" in r]) == 1
