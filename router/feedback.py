@@ -50,7 +50,7 @@ async def _failed_calls(router: Router, call: Call, rules: AfterAgentError) -> A
     if not results:
         return
     for result in results:
-        if result.get("tool_call_id") in call.reported_errors or _reports_failure(result, rules):
+        if str(result.get("tool_call_id")) in call.reported_errors or _reports_failure(result, rules):
             routed = await router.store.routed_get(call.session, str(result.get("tool_call_id")))
             if routed is not None:
                 yield routed

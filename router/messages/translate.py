@@ -122,8 +122,7 @@ def _assistant(content: list[Any], param: str) -> dict[str, Any]:
             calls.append(
                 {"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}}
             )
-    # "" rather than null beside tool calls: llama-cpp-python's server refuses a null content (HTTP 500)
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or calls else None}
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
     if calls:
         message["tool_calls"] = calls
     return message

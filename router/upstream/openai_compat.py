@@ -44,6 +44,9 @@ class OpenAICompatUpstream(PooledHTTP):
         else:
             out.pop("stream", None)
             out.pop("stream_options", None)
+        messages = out.get("messages")
+        if isinstance(messages, list) and any(_null_beside_calls(m) for m in messages):
+            out["messages"] = [{**m, "content": ""} if _null_beside_calls(m) else m for m in messages]
         return orjson.dumps(out)
 
     async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
@@ -117,6 +120,13 @@ class OpenAICompatUpstream(PooledHTTP):
         if problem := _malformed(data, "delta"):
             raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event ({problem})", tier=self.tier)
         return Chunk(data, raw)
+
+
+def _null_beside_calls(message: Any) -> bool:
+    """An assistant message with tool calls and `content: null`, as the OpenAI SDK sends back its
+    answers: OpenAI and vLLM take it, llama-cpp-python's server refuses it (HTTP 500), and "" means
+    the same to all of them."""
+    return isinstance(message, dict) and message.get("content", "") is None and bool(message.get("tool_calls"))
 
 
 def _malformed(data: dict[str, Any], part: str) -> str | None:

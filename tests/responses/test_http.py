@@ -124,9 +124,9 @@ async def test_tool_loop_with_previous_response_id(fake, proxy_, sdk) -> None:
 
     def assistant(c: Any) -> dict[str, Any]:
         fn = {"name": c.name, "arguments": c.arguments}
-        return {
+        return {  # content "": what the router sends beside tool calls (llama.cpp refuses null)
             "role": "assistant",
-            "content": None,
+            "content": "",
             "tool_calls": [{"id": c.call_id, "type": "function", "function": fn}],
         }
 

@@ -104,6 +104,28 @@ async def test_params_override_and_defaults_fill_in(start_fake_) -> None:
     assert plain["max_tokens"] == 64 and "tool_choice" not in plain  # a default tool_choice needs tools
 
 
+async def test_null_content_beside_tool_calls_goes_upstream_as_empty_text(start_fake_) -> None:
+    """llama-cpp-python refuses `content: null` (HTTP 500), which the OpenAI SDK sends back in every
+    tool-calling loop; the meaning of "" is the same everywhere."""
+    fake = await start_fake_(FakeConfig(seed=2))
+    up = OpenAICompatUpstream("fast", Tier(model="openai/m", api_base=fake.url, warm_connections=0))
+    await up.start()
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    history = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+        {"role": "assistant", "content": None},  # no calls: left as the client sent it
+    ]
+    try:
+        await up.complete({"model": "x", "messages": history}, asyncio.get_running_loop().time() + 10)
+    finally:
+        await up.close()
+    [seen] = await fake_requests(fake.url)
+    assert [m.get("content", "absent") for m in seen["body"]["messages"]] == ["a", "", "done", None]
+    assert history[1]["content"] is None  # the client's body is not changed in place
+
+
 def traceback_app() -> web.Application:
     """An upstream whose 500 carries a Python traceback in its error message."""
 
