@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import hmac
 import logging
@@ -32,9 +33,10 @@ from router.lanes import Lanes
 from router.metrics import Metrics
 from router.policy.model import Policy
 from router.policy.watch import PolicyHolder, watch
-from router.responses.state import ResponseCache
+from router.responses.state import ResponseCache, ResponseState
 from router.settings import Settings
-from router.store import Store, open_store
+from router.shadow import Shadower
+from router.store import Store, StoreOptions, open_store
 from router.upstream import Upstreams
 from router.validate import Validator
 from router.verify import VerdictCache
@@ -51,9 +53,12 @@ class Router:
         self.validator = Validator()
         self.verdicts = VerdictCache()  # judge verdicts by (call, context) hash, bounded LRU
         self.metrics = Metrics()
+        self.shadow = Shadower(settings, self.metrics)  # a route's `shadow` option (router/shadow.py)
         self.adaptive = AdaptiveState(store, policy)
         self.lanes = Lanes()  # calls in flight per lane, lane views of the policy
-        self.responses = ResponseCache(settings.responses_cache_entries, settings.responses_cache_bytes)
+        cache = ResponseCache(settings.responses_cache_entries, settings.responses_cache_bytes)
+        durable = settings.responses_store_ttl > 0 and store.backend != "memory"  # memory:// adds nothing
+        self.responses = ResponseState(cache, store if durable else None, self.metrics)  # previous_response_id
         self.inflight = 0
         self.ready = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -100,6 +105,7 @@ class Router:
         if self.settings.reload_policy and self.policy.path is not None:
             self.background(watch(self.policy, self.policy.path, on_change=self.apply))
         self.background(self.adaptive.run())
+        self.background(self.responses.run())
         gc.freeze()  # start-up objects (policy, pools, imports) leave the collector's scans: shorter pauses
         self.ready = True
 
@@ -108,8 +114,19 @@ class Router:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.responses.close()  # what is still queued for the store
         await self.upstreams.close()
         await self.store.close()
+
+
+def store_options(settings: Settings) -> StoreOptions:
+    """The store's bounds that are process settings (the others keep their StoreOptions defaults)."""
+    options = StoreOptions(
+        responses_max_entry_bytes=settings.responses_store_max_entry_bytes,
+        responses_max_rows=settings.responses_store_max_rows,
+    )
+    ttl = settings.responses_store_ttl  # 0: responses are not stored (ResponseState gets no store)
+    return dataclasses.replace(options, responses_ttl=ttl) if ttl > 0 else options
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -121,7 +138,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 def create_app(settings: Settings, policy: PolicyHolder | None = None) -> Starlette:
     holder = policy or PolicyHolder.from_file(settings.policy)
-    store = open_store(settings.store or holder.current.store)
+    url = settings.store or holder.current.store
+    redis = url.lower().startswith(("redis://", "rediss://"))
+    store = open_store(url, store_options(settings), **({"prefix": settings.store_prefix} if redis else {}))
     router = Router(settings, holder, store)
 
     @contextlib.asynccontextmanager

@@ -1,4 +1,4 @@
-"""`agent-router`: serve | check | up | fake-upstream | stats | report | eval."""
+"""`agent-router`: serve | check | up | fake-upstream | stats | report | eval | qa."""
 
 from __future__ import annotations
 
@@ -222,6 +222,34 @@ def eval_(
     if run.outcomes.get("error") == run.cases:
         typer.echo(f"{url}: no case got an answer", err=True)
         raise typer.Exit(1)
+
+
+@app.command()
+def qa(
+    policy: PolicyArg = Path("policies/default.yaml"),
+    route: Annotated[
+        list[str] | None, typer.Option("--route", "-r", help="route to check (repeatable; default: all with samples)")
+    ] = None,
+    samples: Annotated[int, typer.Option(min=1, help="newest samples per route")] = 100,
+    pass_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="recommend the sampled tier at this pass rate or above")
+    ] = 0.9,
+    min_samples: Annotated[int, typer.Option(min=1, help="judged samples needed before recommending")] = 20,
+    tier: Annotated[str | None, typer.Option(help="reference tier (default: shadow.tier or escalation.to)")] = None,
+    judge: Annotated[str | None, typer.Option(help="judging tier (default: shadow.judge, else the reference)")] = None,
+    rejudge: Annotated[bool, typer.Option(help="judge again samples that hold a verdict")] = False,
+    store: Annotated[str | None, typer.Option(help="store URL; overrides the policy's")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="samples judged at once")] = 4,
+    timeout: Annotated[float, typer.Option(help="seconds per sample (reference answer and verdict)")] = 120.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print the reports as JSON")] = False,
+) -> None:
+    """Distillation QA: judge a route's sampled answers against the full tier; recommend a tier."""
+    import asyncio
+
+    from router.qa import Options, main
+
+    options = Options(samples, pass_rate, min_samples, tier, judge, rejudge, concurrency, timeout)
+    raise typer.Exit(asyncio.run(main(policy, store, route or [], options, as_json)))
 
 
 @contextlib.contextmanager

@@ -205,7 +205,8 @@ class Trace:
         self.tier = tier
 
     def delivered(self, tier: str, message: Mapping[str, Any]) -> None:
-        """Remember the tool calls the client got, to attribute errors it reports later."""
+        """Remember the tool calls the client got, to attribute errors it reports later; offer the
+        answer to the route's shadow mode."""
         calls = [
             RoutedCall(
                 str(c.get("id", "")),
@@ -219,6 +220,7 @@ class Trace:
         ]
         if calls:
             self.router.background(self.router.store.routed_put(self.call.session, calls))
+        self.router.shadow.offer(self, tier, message)  # shadow mode (router/shadow.py): maybe, in the background
 
     def _record(self, tier: str, tools: Sequence[str], found: Sequence[Mistake], answered: bool = True) -> None:
         self.mistakes.extend(m.kind for m in found)

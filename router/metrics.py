@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
     from router.store.base import RoutedCall
@@ -60,6 +60,26 @@ class Metrics:
             registry=r,
         )
         self.reloads = Counter("router_policy_reloads", "Policy reloads by outcome", ["outcome"], registry=r)
+        self.response_state = Counter(  # router/responses/state.py
+            "router_response_state",
+            "previous_response_id state: lookups by where they were answered, store writes by outcome",
+            ["op", "outcome"],
+            registry=r,
+        )
+        # shadow mode (router/shadow.py)
+        self.shadow = Counter(
+            "router_shadow",
+            "Shadow comparisons per route by outcome (agree, disagree, unsure, error, recorded)",
+            ["route", "outcome"],
+            registry=r,
+        )
+        self.shadow_dropped = Counter(
+            "router_shadow_dropped",
+            "Sampled calls not shadowed, by reason (busy, too_large, no_tier)",
+            ["route", "reason"],
+            registry=r,
+        )
+        self.shadow_inflight = Gauge("router_shadow_inflight", "Shadow comparisons in flight", registry=r)
 
     def observe_answer(self, tier: str, route: str, answered: bool, kinds: Sequence[str]) -> None:
         if answered:

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
-from router.store.base import ESCALATED
+from router.store.base import ESCALATED, is_shadow
 
 
 def fetch(url: str, path: str, key: str | None = None) -> bytes:
@@ -48,12 +48,29 @@ def stats_table(stats: dict[str, Any], title: str) -> Table:
     return table
 
 
+def shadow_table(shadow: dict[str, Any]) -> Table:
+    """Per route: shadow comparisons and how often the judge found the answer as good as the reference."""
+    table = Table(title="shadow mode: answers compared with the reference tier")
+    for col in ("route", "compared", "agreed", "disagreed", "unsure", "errors", "agreement"):
+        table.add_column(col, justify="left" if col == "route" else "right")
+    for route, c in shadow.items():
+        agreement = c.get("agreement")
+        table.add_row(
+            route,
+            *(str(c.get(k, 0)) for k in ("samples", "agreed", "disagreed", "unsure", "errors")),
+            "-" if agreement is None else f"{agreement:.1%}",
+        )
+    return table
+
+
 def print_stats(url: str, window: float | None, key: str | None) -> None:
     query = f"?window={window:g}" if window else ""
     stats = orjson.loads(fetch(url, "/v1/router/stats" + query, key))
     title = f"agent-router {url} — " + (f"last {window:g} s" if window else "all time")
     console = Console()
     console.print(stats_table(stats, title))
+    if stats.get("shadow"):
+        console.print(shadow_table(stats["shadow"]))
     if store := stats.get("store"):
         console.print(
             f"store: {store.get('backend')}  healthy={store.get('healthy')}  "
@@ -77,7 +94,7 @@ def _rates(rows: list[list[Any]], key_of: Any) -> dict[str, tuple[list[float], l
     mistakes: dict[str, dict[float, int]] = defaultdict(lambda: defaultdict(int))
     for ts, tier, route, tool, kind, n in rows:
         label = key_of(tier, route, tool, kind)
-        if label is None or kind == ESCALATED:  # an escalation is counted apart, not as a mistake
+        if label is None or kind == ESCALATED or is_shadow(kind):  # counted apart, not as mistakes
             continue
         (mistakes if kind else calls)[label][ts] += n
     out = {}

@@ -32,6 +32,21 @@ class Settings(BaseSettings):
     responses_cache_bytes: int = Field(
         256 * 1024 * 1024, ge=0, description="bytes of message history that cache may hold (LRU)"
     )
+    # response state in the store (router/store/responses.py): previous_response_id on a new connection,
+    # on another replica (Redis) or after a restart (SQLite); never with memory://. 24 h, like sticky
+    # session state: a chain resumed the next working day still resolves, and each turn extends it.
+    responses_store_ttl: float = Field(
+        24 * 3600.0, ge=0, description="seconds a stored response resolves after its chain's last turn (0 = not stored)"
+    )
+    responses_store_max_entry_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, description="a response bigger than this as stored (compressed) is not stored"
+    )
+    responses_store_max_rows: int = Field(
+        100_000, ge=1, description="responses an SQLite store keeps (the soonest to expire are pruned first)"
+    )
+    store_prefix: str = Field(
+        "agent-router:", min_length=1, description="key prefix in a Redis store; replicas sharing state use the same"
+    )
     ws_max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="WebSocket messages above → close 1009")
     ws_idle_timeout: float = Field(600.0, gt=0, description="seconds with no message and no response → close 1000")
     ws_max_responses: int = Field(64, ge=1, description="responses remembered per WebSocket connection (LRU)")
@@ -40,6 +55,15 @@ class Settings(BaseSettings):
     )
     ws_ping_interval: float = Field(20.0, gt=0, description="seconds between WebSocket pings; no pong as long → close")
     ws_max_pending: int = Field(8, ge=1, description="response.create messages queued per connection; more → 1008")
+
+    # shadow mode (a route's `shadow` option, router/shadow.py): background work, bounded
+    shadow_max_inflight: int = Field(
+        8, ge=1, description="shadow comparisons in flight; a sampled call beyond it is dropped and counted"
+    )
+    shadow_timeout: float = Field(120.0, gt=0, description="seconds for one shadow comparison (reference + judge)")
+    shadow_max_sample_bytes: int = Field(
+        256 * 1024, ge=1024, description="requests larger than this (as JSON) are not shadowed: samples stay small"
+    )
 
     reload_policy: bool = Field(True, description="watch the policy file and reload it on change")
     warm_up: bool = Field(True, description="open upstream connections at start-up")

@@ -37,6 +37,7 @@ import orjson
 
 from router.errors import UpstreamError
 from router.policy.model import Verify
+from router.upstream.base import Upstream
 
 if TYPE_CHECKING:
     from router.app import Router
@@ -164,15 +165,22 @@ def judge_key(body: Mapping[str, Any], message: Mapping[str, Any], judge_tier: s
     return h.digest()
 
 
-def read_judgement(content: str) -> Verdict:
-    """The judge's JSON answer → Verdict (unsure when it is not the JSON asked for)."""
+def json_object(content: str) -> dict[str, Any] | None:
+    """The JSON object in a model's answer (from its first `{` to its last `}`), or None."""
     text = content.strip()
     start, end = text.find("{"), text.rfind("}")
     try:
         data = orjson.loads(text[start : end + 1]) if 0 <= start < end else None
     except orjson.JSONDecodeError:
-        data = None
-    if not isinstance(data, dict) or not isinstance(data.get("accept"), bool):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_judgement(content: str) -> Verdict:
+    """The judge's JSON answer → Verdict (unsure when it is not the JSON asked for)."""
+    text = content.strip()
+    data = json_object(text)
+    if data is None or not isinstance(data.get("accept"), bool):
         return Verdict(True, f"judge answer unreadable: {text[:60]!r}", unsure=True)
     return Verdict(data["accept"], str(data.get("reason") or "")[:200])
 
@@ -190,6 +198,20 @@ def logprob_measure(choice: Mapping[str, Any], measure: str) -> float | None:
     return min(values) if measure == "min" else sum(values) / len(values)
 
 
+async def ask_json(upstream: Upstream, messages: list[dict[str, str]], max_tokens: int, deadline: float) -> str:
+    """The text a tier answers to `messages`, asked for as JSON (`response_format: json_object`,
+    temperature 0). Raises UpstreamError."""
+    request = {
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "response_format": {"type": "json_object"},
+    }
+    reply = await upstream.complete(request, deadline)
+    choices = reply.data.get("choices") or [{}]
+    return str(((choices[0] or {}).get("message") or {}).get("content") or "")
+
+
 # -- the verifiers -------------------------------------------------------------------------------
 async def judge(
     router: Router, spec: Verify, judge_tier: str, body: Mapping[str, Any], message: Mapping[str, Any], deadline: float
@@ -197,18 +219,10 @@ async def judge(
     key = judge_key(body, message, judge_tier)
     if (hit := router.verdicts.get(key)) is not None:
         return Verdict(hit.accept, hit.reason, hit.unsure, cached=True)
-    request = {
-        "messages": judge_messages(body, message),
-        "max_tokens": spec.max_tokens,
-        "temperature": 0,
-        "response_format": {"type": "json_object"},
-    }
     try:
-        reply = await router.upstreams[judge_tier].complete(request, deadline)
+        content = await ask_json(router.upstreams[judge_tier], judge_messages(body, message), spec.max_tokens, deadline)
     except UpstreamError as exc:
         return Verdict(True, f"judge failed: {exc.mistake}", unsure=True)
-    choices = reply.data.get("choices") or [{}]
-    content = str(((choices[0] or {}).get("message") or {}).get("content") or "")
     verdict = read_judgement(content)
     if not verdict.unsure:
         router.verdicts.put(key, verdict)

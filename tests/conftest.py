@@ -80,6 +80,14 @@ class Proxy:
     base: str  # http://127.0.0.1:PORT
     router: Router
     policy_path: Path
+    server: uvicorn.Server | None = None
+    task: asyncio.Task[None] | None = None
+
+    async def stop(self) -> None:
+        """Shut down now, as on SIGTERM (the lifespan closes the store), rather than after the test."""
+        assert self.server is not None and self.task is not None
+        self.server.should_exit = True
+        await asyncio.wait_for(self.task, 10)
 
 
 @pytest.fixture
@@ -124,7 +132,7 @@ async def proxy_(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Proxy]
         assert server.started, "proxy did not start"
         port = sock.getsockname()[1]
         base = f"http://127.0.0.1:{port}"
-        return Proxy(f"{base}/v1", base, app.state.router, path)
+        return Proxy(f"{base}/v1", base, app.state.router, path, server, task)
 
     yield start
     for server, _task in running:

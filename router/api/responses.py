@@ -3,7 +3,8 @@
 The request is translated to a chat-completions call and run through the same pipeline as
 /v1/chat/completions; `x-router-*` headers as there. A streamed response's final decision also
 rides on `response.completed` (`"router": {...}`) and in a trailing `: router {json}` comment.
-Responses are remembered in the process-wide cache (unless `store: false`) for `previous_response_id`.
+Responses are remembered (unless `store: false`) for `previous_response_id` in the process cache and
+the store (router/responses/state.py); an unknown id, or one the store cannot look up, is a 400.
 
 A stream's first event is sent once the pipeline has the first chunk, so a failure before it is
 still a plain HTTP error with its status (as on the chat transport); later ones are `error` events.
@@ -41,13 +42,13 @@ async def create(request: Request) -> Response:
     streaming = False
     try:
         body = parse_body(await read_body(request, router))
-        cache = router.responses
+        state = router.responses
         stream = body.get("stream") is True
-        turn = turns.prepare(body, lower_headers(request), turns.previous(body, cache), stream=stream)
+        turn = turns.prepare(body, lower_headers(request), await turns.previous(body, None, state), stream=stream)
 
         def save(entry: Stored) -> None:
             if turn.store:
-                cache.put(turn.id, entry)
+                state.put(turn.id, entry)
 
         if stream:
             trace, chunks = await pipeline.stream(router, turn.call)

@@ -5,7 +5,8 @@ the client sends JSON text frames `{"type": "response.create", ...the POST body.
 implicit and ignored); the server answers each with the same events as the SSE stream, one JSON text
 frame per event, ending in `response.completed` (or `response.incomplete`, or `error`).
 `generate: false` stores the input as a response without calling a model (warm-up).
-`previous_response_id` is looked up on this connection first, then in the process-wide cache.
+`previous_response_id` is looked up on this connection first, then in the process cache, then in the
+store (router/responses/state.py); a miss is an `error` event and the socket stays open.
 
 Limits and liveness
   auth          on the upgrade, from its headers (Authorization: Bearer / x-api-key): refused with
@@ -161,7 +162,7 @@ class Connection:
             return
         body = {k: v for k, v in event.items() if k not in _ENVELOPE}
         try:
-            prev = turns.previous(body, self.cache, self.shared)
+            prev = await turns.previous(body, self.cache, self.shared)
             turn = turns.prepare(body, self.headers, prev, stream=True)
         except RouterError as exc:
             await self.send(error_event(exc))

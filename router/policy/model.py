@@ -158,6 +158,21 @@ class Verify(Strict):
     max_tokens: int = Field(default=64, ge=8, description="judge: max_tokens of its answer")
 
 
+class Shadow(Strict):
+    """Also send a share of this route's answered calls to a reference tier, in the background (the
+    client never waits), have a judge compare the two answers, and keep the redacted sample for
+    `agent-router qa` and the stats' `shadow` key (router/shadow.py). Calls answered by the
+    reference tier itself are not shadowed."""
+
+    rate: float = Field(default=0.05, ge=0, le=1, description="share of answered calls shadowed")
+    tier: str | None = Field(default=None, description="reference tier (default: the escalation chain's last)")
+    judge: str | None = Field(default=None, description="tier comparing the answers (default: the reference tier)")
+    mode: Literal["judge", "record"] = Field(
+        default="judge", description="judge: answer and compare now; record: keep the sample only, `qa` judges later"
+    )
+    max_tokens: int = Field(default=256, ge=16, description="max_tokens of the judge's answer")
+
+
 class Route(Strict):
     name: str = Field(min_length=1)
     when: When = When()
@@ -168,6 +183,7 @@ class Route(Strict):
     hedge: Hedge | None = None
     adaptive: Adaptive | None = None
     verify: Verify | None = None
+    shadow: Shadow | None = None
 
 
 DEFAULT_FAILURE_PATTERNS = (
@@ -180,27 +196,19 @@ DEFAULT_FAILURE_PATTERNS = (
 class AfterAgentError(Strict):
     """A tool result the agent sends back that reports failure, for a call the router routed."""
 
-    sticky_calls: int = Field(
-        default=3, ge=0, description="next calls of the session that go to the escalation tier"
-    )
+    sticky_calls: int = Field(default=3, ge=0, description="next calls of the session that go to the escalation tier")
     patterns: list[re.Pattern[str]] = Field(
         default_factory=lambda: [re.compile(p) for p in DEFAULT_FAILURE_PATTERNS],
         description="regexes that, found in a tool result, mean the call failed",
     )
-    repeated_call: bool = Field(
-        default=True, description="a call repeated verbatim means the earlier one failed"
-    )
+    repeated_call: bool = Field(default=True, description="a call repeated verbatim means the earlier one failed")
 
 
 class Escalation(Strict):
     to: str | list[str] | None = Field(default=None, description="tier, or chain of tiers tried in order")
     on: list[MistakeKind] = Field(default_factory=lambda: list(_ESCALATE_ON_BY_DEFAULT))
-    max_attempts: int = Field(
-        default=3, ge=1, description="upstream calls per client call, all tiers together"
-    )
-    deadline: PositiveFloat = Field(
-        default=300.0, description="seconds for the whole call, escalations included"
-    )
+    max_attempts: int = Field(default=3, ge=1, description="upstream calls per client call, all tiers together")
+    deadline: PositiveFloat = Field(default=300.0, description="seconds for the whole call, escalations included")
     after_agent_error: AfterAgentError = AfterAgentError()
 
     @property
@@ -258,7 +266,7 @@ class Policy(Strict):
 
     @model_validator(mode="after")
     def _references_exist(self) -> Policy:
-        routes = [r.model_dump(include={"name", "use", "hedge", "adaptive", "verify"}) for r in self.routes]
+        routes = [r.model_dump(include={"name", "use", "hedge", "adaptive", "verify", "shadow"}) for r in self.routes]
         problems = reference_problems(self.models, self.aliases, routes, self.escalation.to)
         if problems:
             raise ValueError("; ".join(f"{'.'.join(map(str, loc))}: {msg}" for loc, msg in problems))
@@ -288,6 +296,8 @@ ROUTE_TIER_REFS: tuple[tuple[str, ...], ...] = (
     ("hedge", "tier"),
     ("adaptive", "to"),
     ("verify", "tier"),
+    ("shadow", "tier"),
+    ("shadow", "judge"),
 )
 
 

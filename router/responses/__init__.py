@@ -2,7 +2,7 @@
 
     translate.py   Responses request/items ↔ chat body/messages; the Response object
     events.py      chat chunks → Responses stream events (sequence numbers, item lifecycle)
-    state.py       bounded LRU caches of response histories (previous_response_id)
+    state.py       response histories for previous_response_id: bounded caches, the store behind them
     turn.py        one request whatever the transport: resolve, translate, run, remember
 
 Transports: router/api/responses.py (POST, JSON and SSE) and router/api/responses_ws.py

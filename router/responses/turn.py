@@ -1,6 +1,7 @@
 """One Responses request, whatever the transport: resolve → translate → pipeline → events → remember.
 
-    previous(request, *caches)         the `Stored` history its `previous_response_id` names, or 400
+    previous(request, conn, state)     the `Stored` history its `previous_response_id` names (the
+                                       connection's cache, then the process's, then the store), or 400
     prepare(request, headers, prev)    → Turn: the chat body as a `Call`, the new messages, the session
     complete(router, turn, save)       → (trace, Response object)          non-streaming
     events(turn, trace, chunks, save)  → Responses events of a pipeline stream (`event_builder(turn)` makes
@@ -28,8 +29,9 @@ from router.errors import BadRequest, RouterError
 from router.escalation import Trace
 from router.policy.decide import features_of
 from router.responses.events import Event, EventBuilder
-from router.responses.state import ResponseCache, Stored, stored
+from router.responses.state import ResponseCache, ResponseState, Stored, stored
 from router.responses.translate import assistant_message, chat_body, new_id, output_items, response_object
+from router.store.responses import StoreUnreachable
 from router.upstream.base import Chunk
 
 if TYPE_CHECKING:
@@ -55,22 +57,33 @@ class Turn:
 
     def remember(self, output: list[dict[str, Any]]) -> Stored:
         answer = assistant_message(output)
-        return stored(self.history, [*self.new, answer] if answer else self.new, self.call.session)
+        parent = self.request.get("previous_response_id")  # it resolved, or there would be no turn
+        return stored(self.history, [*self.new, answer] if answer else self.new, self.call.session, parent)
 
     @property
     def store(self) -> bool:
         return self.request.get("store") is not False
 
 
-def previous(request: Mapping[str, Any], *caches: ResponseCache) -> Stored | None:
+async def previous(request: Mapping[str, Any], conn: ResponseCache | None, state: ResponseState) -> Stored | None:
     prev = request.get("previous_response_id")
     if prev is None:
         return None
     if not isinstance(prev, str) or not prev:
         raise BadRequest("'previous_response_id' must be a string.", param="previous_response_id")
-    for cache in caches:
-        if (entry := cache.get(prev)) is not None:
-            return entry
+    if conn is not None and (entry := conn.get(prev)) is not None:
+        state.count("lookup", "connection")
+        return entry
+    try:
+        entry = await state.get(prev)
+    except StoreUnreachable:
+        raise PreviousResponseNotFound(
+            f"Previous response with id {prev[:100]!r} could not be looked up: the router's response store "
+            "is unreachable; send the full input without previous_response_id.",
+            param="previous_response_id",
+        ) from None
+    if entry is not None:
+        return entry
     raise PreviousResponseNotFound(
         f"Previous response with id {prev[:100]!r} not found (unknown, expired, or stored with store=false "
         "on another connection); send the full input without previous_response_id.",

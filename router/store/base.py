@@ -9,14 +9,21 @@ Counters are events aggregated into time buckets, keyed (tier, route, tool, kind
 `record()` never blocks and never raises: implementations queue events and write them off the
 request path. Session state (sticky escalation, which tier made which tool call) is small and
 read on the request path, so its methods are async and must answer fast or give up.
+
+Response state (`responses_put` / `responses_get`, router/store/responses.py) keeps the histories
+`previous_response_id` names, for other connections, replicas, and restarts.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from router.store.responses import Outcome, ResponseChain, ResponseRecord
 
 BUCKET_SECONDS = 60
 
@@ -65,6 +72,14 @@ class StoreOptions:
     max_pending: int = 100_000  # distinct buffered counter keys before new ones are dropped (and counted)
     flush_interval: float = 0.5  # seconds between background flushes
     flush_events: int = 5_000  # a flush starts early once this many events are queued
+    # -- shadow samples (router/store/samples.py) --
+    max_samples_per_route: int = 500  # newest shadow/QA samples kept per route; older ones are deleted
+    sample_max_age: float = 7 * 24 * 3600.0  # samples older than this (seconds) are deleted
+    # -- response state (router/store/responses.py) --
+    responses_ttl: float = 24 * 3600.0  # a stored response resolves this long after its chain's last write
+    responses_max_entry_bytes: int = 4 * 1024 * 1024  # an entry bigger than this, as stored, is not stored
+    responses_max_rows: int = 100_000  # SQLite and memory: entries kept (the soonest to expire go first)
+    responses_checkpoint_every: int = 32  # every N-th entry of a chain holds its whole history: reads per lookup
 
     def __post_init__(self) -> None:
         for name in ("session_ttl", "retention", "flush_interval"):
@@ -73,6 +88,12 @@ class StoreOptions:
         for name in ("max_routed_per_session", "max_sessions", "max_pending", "flush_events"):
             if getattr(self, name) < 1:
                 raise ValueError(f"store option {name} must be >= 1")
+        if self.max_samples_per_route < 1 or self.sample_max_age <= 0:  # shadow samples
+            raise ValueError("store options max_samples_per_route must be >= 1 and sample_max_age > 0")
+        if self.responses_ttl <= 0 or min(self.responses_max_entry_bytes, self.responses_max_rows) < 1:
+            raise ValueError("store options responses_ttl must be > 0, responses_max_* >= 1")  # response state
+        if self.responses_checkpoint_every < 1:
+            raise ValueError("store option responses_checkpoint_every must be >= 1")
 
 
 def store_info(backend: str, *, pending: int = 0, dropped: int = 0, healthy: bool = True) -> dict[str, Any]:
@@ -121,13 +142,64 @@ class Counts:
 # Not a mistake: counts a call that left this tier for a stronger one (`escalations` in stats).
 ESCALATED = "escalated"
 
+# -- shadow samples -------------------------------------------------------------------------------
+# Not mistakes nor answers either: the outcome of one shadow comparison of a route's answer
+# (router/shadow.py), counted per route under the `"shadow"` key of stats.
+SHADOW_PREFIX = "shadow_"
+SHADOW_AGREE, SHADOW_DISAGREE, SHADOW_UNSURE, SHADOW_ERROR = (
+    f"{SHADOW_PREFIX}{o}" for o in ("agree", "disagree", "unsure", "error")
+)
+
+
+def is_shadow(kind: str) -> bool:
+    return kind.startswith(SHADOW_PREFIX)
+
+
+def shadow_json(outcomes: dict[str, int]) -> dict[str, Any]:
+    """One route's shadow counters: comparisons, agreed, disagreed, unsure, errors, agreement
+    (agreed / (agreed + disagreed), null before the first verdict)."""
+    agreed, disagreed = outcomes.get(SHADOW_AGREE, 0), outcomes.get(SHADOW_DISAGREE, 0)
+    unsure, errors = outcomes.get(SHADOW_UNSURE, 0), outcomes.get(SHADOW_ERROR, 0)
+    return {
+        "samples": agreed + disagreed + unsure,
+        "agreed": agreed,
+        "disagreed": disagreed,
+        "unsure": unsure,
+        "errors": errors,
+        "agreement": round(agreed / (agreed + disagreed), 4) if agreed + disagreed else None,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One call of a route kept for quality checks (shadow mode, `agent-router qa`): the request and
+    answers are redacted before they are stored (router/shadow.py)."""
+
+    route: str
+    tier: str  # the tier whose answer the client got
+    request: dict[str, Any]  # the chat request body
+    answer: dict[str, Any]  # that tier's assistant message
+    reference_tier: str = ""  # the tier that answered the same request for comparison ("" = none yet)
+    reference: dict[str, Any] | None = None  # its assistant message
+    verdict: dict[str, Any] | None = None  # {"score", "pass", "reason", "difference", "judge", "unsure"}
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    ts: float = field(default_factory=time.time)
+
+
+# -- end of shadow samples ------------------------------------------------------------------------
+
 
 def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
     """(tier, route, tool, kind, count) rows → the stats shape of DESIGN.md."""
     tiers: dict[str, Counts] = {}
     routes: dict[str, Counts] = {}
     tools: dict[str, dict[str, Counts]] = {}
+    shadow: dict[str, dict[str, int]] = {}
     for tier, route, tool, kind, n in rows:
+        if is_shadow(kind):
+            outcomes = shadow.setdefault(route, {})
+            outcomes[kind] = outcomes.get(kind, 0) + n
+            continue
         targets = [tools.setdefault(tier, {}).setdefault(tool, Counts())] if tool else []
         if not tool or kind:
             targets += [tiers.setdefault(tier, Counts()), routes.setdefault(route, Counts())]
@@ -142,6 +214,7 @@ def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
         "tiers": {k: v.to_json() for k, v in sorted(tiers.items())},
         "routes": {k: v.to_json() for k, v in sorted(routes.items())},
         "tools": {t: {k: v.to_json() for k, v in sorted(d.items())} for t, d in sorted(tools.items())},
+        "shadow": {route: shadow_json(outcomes) for route, outcomes in sorted(shadow.items())},
     }
 
 
@@ -182,3 +255,24 @@ class Store(Protocol):
         """Remember calls (the last `max_routed_per_session` per session; a re-put call is newest)."""
 
     async def routed_get(self, session: str, call_id: str) -> RoutedCall | None: ...
+
+    # -- shadow samples (router/store/samples.py) -------------------------------------------------
+    async def samples_put(self, sample: Sample) -> None:
+        """Keep a sample (a re-put id replaces it); the newest `max_samples_per_route` per route,
+        none older than `sample_max_age`. Never raises: a failed write is logged and lost."""
+
+    async def samples_get(self, route: str, limit: int) -> list[Sample]:
+        """The route's newest samples, newest first, at most `limit`. Empty when unreachable."""
+
+    async def samples_routes(self) -> list[str]:
+        """Routes that have samples, sorted. Empty when unreachable."""
+
+    # -- response state (router/store/responses.py) ---------------------------------------------
+    async def responses_put(self, records: Sequence[ResponseRecord]) -> list[Outcome]:
+        """Keep responses for `previous_response_id`, in order (a parent before its child); one
+        outcome per record: "stored", "too_big" (over `responses_max_entry_bytes`) or "failed".
+        Never raises. Called off the request path."""
+
+    async def responses_get(self, response_id: str) -> ResponseChain | None:
+        """The history through that response and its session; None when unknown or expired.
+        Raises `StoreUnreachable` when the backend cannot answer within about a second."""

@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from router.store import responses
 from router.store.base import (
     BUCKET_SECONDS,
     CounterKey,
     Event,
     RoutedCall,
+    Sample,
     SeriesRow,
     StoreOptions,
     aggregate,
@@ -28,6 +30,8 @@ from router.store.base import (
     store_info,
     window_start,
 )
+from router.store.responses import MemoryTable, Outcome, ResponseChain, ResponseRecord
+from router.store.samples import MemorySamples
 
 
 @dataclass(slots=True)
@@ -108,6 +112,8 @@ class MemoryStore(Sessions):
         self._totals: dict[CounterKey, int] = {}
         self._pruned_at = 0
         self._dropped = 0
+        self._samples = MemorySamples(self.options)  # shadow samples
+        self._responses = MemoryTable(self.options.responses_max_rows)  # response state
 
     @property
     def dropped(self) -> int:
@@ -165,3 +171,22 @@ class MemoryStore(Sessions):
         first = bucket_of(since)
         rows = [(b, *k, n) for b, d in self._buckets.items() if b >= first for k, n in d.items()]
         return rebucket(rows, bucket)
+
+    # -- shadow samples (router/store/samples.py) -----------------------------------------------
+
+    async def samples_put(self, sample: Sample) -> None:
+        await self._samples.put(sample)
+
+    async def samples_get(self, route: str, limit: int) -> list[Sample]:
+        return await self._samples.get(route, limit)
+
+    async def samples_routes(self) -> list[str]:
+        return await self._samples.routes()
+
+    # -- response state (router/store/responses.py) ---------------------------------------------
+
+    async def responses_put(self, records: Sequence[ResponseRecord]) -> list[Outcome]:
+        return responses.put_all(self._responses, records, self.options, time.time())
+
+    async def responses_get(self, response_id: str) -> ResponseChain | None:
+        return responses.get(self._responses, response_id, self.options, time.time())

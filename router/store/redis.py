@@ -7,6 +7,8 @@ Keys (all under `prefix`):
   b:<batch id>     string marker of an applied batch (see below)
   s:<session>      hash  sticky tier + calls left;  r:<session> hash call_id → json,
   rl:<session>     list  call ids oldest first (bounds r:<session>); all expire after session_ttl
+  smi: smd: smr    shadow / QA samples (router/store/samples.py)
+  rs:<response id> string: response state for previous_response_id (router/store/responses.py)
 
 Counter batches are applied by one Lua script: atomic (all or nothing) like MULTI/EXEC, and
 idempotent — the script records the batch id and skips a batch it has already applied. A batch
@@ -36,10 +38,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from router.store import responses, samples
 from router.store.base import (
     BUCKET_SECONDS,
     CounterKey,
     RoutedCall,
+    Sample,
     SeriesRow,
     StoreOptions,
     aggregate,
@@ -48,6 +52,7 @@ from router.store.base import (
     window_start,
 )
 from router.store.buffer import Batch, BufferedStore
+from router.store.responses import Outcome, ResponseChain, ResponseRecord, StoreUnreachable
 
 log = logging.getLogger("router.store")
 T = TypeVar("T")
@@ -196,6 +201,8 @@ class RedisStore(BufferedStore):
         self._apply = self._redis.register_script(APPLY_BATCH)
         self._take = self._redis.register_script(STICKY_TAKE)
         self._put = self._redis.register_script(ROUTED_PUT)
+        self._samples_put = self._redis.register_script(samples.REDIS_PUT)  # shadow samples
+        self._responses_put = self._redis.register_script(responses.REDIS_PUT)  # response state
         self._last_marker = ""
 
     def __repr__(self) -> str:
@@ -342,3 +349,40 @@ class RedisStore(BufferedStore):
             return RoutedCall(call_id, tier, route, tool, arguments)
 
         return await self._call("routed_get", get)
+
+    # -- shadow samples (router/store/samples.py) -----------------------------------------------
+
+    async def samples_put(self, sample: Sample) -> None:
+        keys = samples.redis_keys(self.prefix, sample.route)
+        args = samples.redis_put_args(sample, self.options)
+        await self._call("samples_put", lambda: self._samples_put(keys=keys, args=args))
+
+    async def samples_get(self, route: str, limit: int) -> list[Sample]:
+        def get() -> Awaitable[list[Sample]]:
+            return samples.redis_get(self._reader, self.prefix, route, limit, self.options)
+
+        return await self._call("samples_get", get, self.read_timeout) or []
+
+    async def samples_routes(self) -> list[str]:
+        def routes() -> Awaitable[list[str]]:
+            return samples.redis_routes(self._reader, self.prefix, self.options)
+
+        return await self._call("samples_routes", routes, self.read_timeout) or []
+
+    # -- response state (router/store/responses.py) ---------------------------------------------
+
+    async def responses_put(self, records: Sequence[ResponseRecord]) -> list[Outcome]:
+        def put() -> Awaitable[list[Outcome]]:
+            return responses.redis_put(self._redis, self._responses_put, self.prefix, records, self.options)
+
+        return await self._call("responses_put", put, self.read_timeout) or ["failed"] * len(records)
+
+    async def responses_get(self, response_id: str) -> ResponseChain | None:
+        if not responses.known_id(response_id):
+            return None
+        found = await self._call(
+            "responses_get", lambda: responses.redis_rows(self._redis, self.prefix, response_id, self.options)
+        )
+        if found is None:  # down, or no answer within op_timeout
+            raise StoreUnreachable("the Redis store did not answer")
+        return None if found.rows is None else await responses.decoded(found.rows)

@@ -10,6 +10,9 @@ are pruned; all-time totals live in their own table. Several processes may share
 Session state (sticky sessions, routed tool calls) stays in process memory (`memory.Sessions`): it
 is read on every call and lives for minutes, so a thread hop and a write per call would cost more
 than it is worth — measured +0.3 to +0.7 ms p50 per call. Use Redis to share it between processes.
+
+Response state (`previous_response_id`, router/store/responses.py) has its own table, written in
+batches on the same thread and pruned in the same housekeeping: it survives a restart.
 """
 
 from __future__ import annotations
@@ -19,13 +22,15 @@ import functools
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from router.store import responses, samples
 from router.store.base import (
     BUCKET_SECONDS,
+    Sample,
     SeriesRow,
     StoreOptions,
     aggregate,
@@ -35,6 +40,7 @@ from router.store.base import (
 )
 from router.store.buffer import Batch, BufferedStore
 from router.store.memory import Sessions
+from router.store.responses import Outcome, ResponseChain, ResponseRecord, StoreUnreachable
 
 log = logging.getLogger("router.store")
 T = TypeVar("T")
@@ -69,6 +75,8 @@ class SqliteStore(Sessions, BufferedStore):
         self.path = Path(path)
         self._db: sqlite3.Connection | None = None  # touched only on the writer thread
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-router-sqlite")
+        self._samples_schema = False  # shadow samples: table created on first use (writer thread)
+        self._responses_schema = False  # response state: likewise
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
@@ -128,6 +136,7 @@ class SqliteStore(Sessions, BufferedStore):
         def clean(db: sqlite3.Connection) -> None:
             now = time.time()
             db.execute("DELETE FROM counters WHERE bucket < ?", (bucket_of(now - self.options.retention),))
+            responses.sqlite_prune(db, self.options, now)  # response state: expired, then over the row cap
 
         await self._run(self._txn, clean)
 
@@ -168,3 +177,64 @@ class SqliteStore(Sessions, BufferedStore):
         return rebucket(rows, bucket)
 
     # -- sessions ---------------------------------------------------------------------------
+
+    # -- shadow samples (router/store/samples.py) -----------------------------------------------
+
+    def _samples_db(self) -> sqlite3.Connection:
+        db = self._conn()
+        if not self._samples_schema:
+            samples.sqlite_schema(db)
+            self._samples_schema = True
+        return db
+
+    async def samples_put(self, sample: Sample) -> None:
+        def put() -> None:
+            self._samples_db()
+            self._txn(lambda db: samples.sqlite_put(db, sample, self.options))
+
+        try:
+            await self._run(put)
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("sqlite store: a sample was not kept (%s)", self._describe(exc))
+
+    async def samples_get(self, route: str, limit: int) -> list[Sample]:
+        try:
+            return await self._run(lambda: samples.sqlite_get(self._samples_db(), route, limit, self.options))
+        except (sqlite3.Error, OSError) as exc:
+            self._mark_down(exc, "samples")
+            return []
+
+    async def samples_routes(self) -> list[str]:
+        try:
+            return await self._run(lambda: samples.sqlite_routes(self._samples_db(), self.options))
+        except (sqlite3.Error, OSError) as exc:
+            self._mark_down(exc, "samples")
+            return []
+
+    # -- response state (router/store/responses.py) ---------------------------------------------
+
+    def _responses_db(self) -> sqlite3.Connection:
+        db = self._conn()
+        if not self._responses_schema:
+            responses.sqlite_schema(db)
+            self._responses_schema = True
+        return db
+
+    async def responses_put(self, records: Sequence[ResponseRecord]) -> list[Outcome]:
+        def put() -> list[Outcome]:
+            self._responses_db()
+            return self._txn(lambda db: responses.sqlite_put(db, records, self.options))
+
+        try:
+            return await self._run(put)
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("sqlite store: %d responses were not kept (%s)", len(records), self._describe(exc))
+            return ["failed"] * len(records)
+
+    async def responses_get(self, response_id: str) -> ResponseChain | None:
+        try:
+            async with asyncio.timeout(responses.LOOKUP_SECONDS):
+                return await self._run(lambda: responses.sqlite_get(self._responses_db(), response_id, self.options))
+        except (sqlite3.Error, OSError, TimeoutError) as exc:
+            log.warning("sqlite store: a response lookup failed (%s)", self._describe(exc))
+            raise StoreUnreachable("the SQLite store did not answer") from None

@@ -50,7 +50,13 @@ def line_of(text: str, needle: str, nth: int = 1) -> int:
 
 def test_shipped_policies_are_found() -> None:
     names = {p.relative_to(ROOT / "policies").as_posix() for p in POLICIES}
-    assert {"default.yaml", "local.yaml", "examples/fake.yaml", "examples/anthropic-full.yaml"} <= names
+    assert {
+        "default.yaml",
+        "local.yaml",
+        "examples/fake.yaml",
+        "examples/anthropic-full.yaml",
+        "examples/lanes.yaml",
+    } <= names
 
 
 @pytest.mark.parametrize("path", POLICIES, ids=lambda p: p.name)

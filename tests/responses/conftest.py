@@ -9,8 +9,9 @@ from typing import Any
 import aiohttp
 
 from tests.api.helpers import root, sdk
+from tests.store.conftest import redis_base_url, redis_server_factory
 
-__all__ = ["sdk"]
+__all__ = ["redis_base_url", "redis_server_factory", "sdk"]  # fixtures of the tests here
 
 WEATHER = {
     "type": "function",

@@ -8,7 +8,7 @@ import pytest
 
 from router.errors import BadRequest, ForbiddenField
 from router.responses.events import EventBuilder
-from router.responses.state import ResponseCache, stored
+from router.responses.state import ResponseCache, ResponseState, stored
 from router.responses.translate import (
     assistant_message,
     chat_body,
@@ -240,23 +240,23 @@ def test_cache_is_bounded_lru() -> None:
     assert 0 < by_bytes.bytes <= 100 and "9" in by_bytes and "0" not in by_bytes
 
 
-def test_chain_keeps_its_session_and_history() -> None:
+async def test_chain_keeps_its_session_and_history() -> None:
     first = prepare({"model": "auto", "input": "hello"}, {}, None, stream=False)
     entry = first.remember(
         [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}]
     )
-    cache = ResponseCache(10)
-    cache.put(first.id, entry)
+    state = ResponseState(ResponseCache(10), None)  # no store behind the process cache
+    state.put(first.id, entry)
     follow = {"model": "auto", "input": "and then?", "previous_response_id": first.id}
-    second = prepare(follow, {}, previous(follow, cache), stream=False)
+    second = prepare(follow, {}, await previous(follow, None, state), stream=False)
     assert second.call.session == first.call.session
     assert second.call.body["messages"] == [
         {"role": "user", "content": "hello"},
         {"role": "assistant", "content": "hi"},
         {"role": "user", "content": "and then?"},
     ]
-    with_header = prepare(follow, {"x-session-id": "mine"}, previous(follow, cache), stream=False)
+    with_header = prepare(follow, {"x-session-id": "mine"}, await previous(follow, None, state), stream=False)
     assert with_header.call.session == "mine"
     with pytest.raises(PreviousResponseNotFound) as err:
-        previous({"previous_response_id": "resp_gone"}, cache)
+        await previous({"previous_response_id": "resp_gone"}, None, state)
     assert err.value.code == "previous_response_not_found" and err.value.http_status == 400

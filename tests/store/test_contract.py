@@ -42,6 +42,7 @@ async def test_stats_shape_and_numbers(make_store: StoreFactory) -> None:
             "fast": {"read_file": {"calls": 2, "mistakes": {"invalid_json": 1}, "mistake_rate": 0.5, "escalations": 0}},
             "full": {"write_file": {"calls": 1, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0}},
         },
+        "shadow": {},
         "store": stats["store"],
     }
     info = stats["store"]
