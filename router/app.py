@@ -29,7 +29,7 @@ from router.adaptive import AdaptiveState
 from router.api import admin, chat, error_response, messages, responses, responses_ws
 from router.errors import Overloaded, Unauthorized, UnknownPath
 from router.escalation import Trace
-from router.lanes import Lanes
+from router.lanes import Choice, Lanes
 from router.metrics import Metrics
 from router.policy.model import Policy
 from router.policy.watch import PolicyHolder, watch
@@ -37,6 +37,7 @@ from router.responses.state import ResponseCache, ResponseState
 from router.settings import Settings
 from router.shadow import Shadower
 from router.store import Store, StoreOptions, open_store
+from router.store.base import LANE_PREFIX, Event
 from router.upstream import Upstreams
 from router.validate import Validator
 from router.verify import VerdictCache
@@ -55,7 +56,7 @@ class Router:
         self.metrics = Metrics()
         self.shadow = Shadower(settings, self.metrics)  # a route's `shadow` option (router/shadow.py)
         self.adaptive = AdaptiveState(store, policy)
-        self.lanes = Lanes()  # calls in flight per lane, lane views of the policy
+        self.lanes = Lanes(self._count_lane)  # calls in flight per lane, lane views of the policy
         cache = ResponseCache(settings.responses_cache_entries, settings.responses_cache_bytes)
         durable = settings.responses_store_ttl > 0 and store.backend != "memory"  # memory:// adds nothing
         self.responses = ResponseState(cache, store if durable else None, self.metrics)  # previous_response_id
@@ -83,6 +84,12 @@ class Router:
         if not any(hmac.compare_digest(given.encode(), k.encode()) for k in keys):
             self.metrics.refused.labels("unauthorized").inc()
             raise Unauthorized("A valid API key is required (Authorization: Bearer <key>).")
+
+    def _count_lane(self, lane: Choice) -> None:
+        """A call that asked for a lane: metrics and the store (stats' `lanes`), refusals included."""
+        asked = lane.asked or lane.name
+        self.metrics.lanes.labels(asked, lane.outcome).inc()
+        self.store.record([Event("", asked, kind=LANE_PREFIX + lane.outcome)])
 
     def admit(self) -> None:
         """Refuse (503, Retry-After) when too many calls are in flight."""

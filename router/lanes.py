@@ -11,14 +11,14 @@ Outcomes: `served` (on the lane asked for), `standard` (asked for none, or for o
 not define: the call goes on untouched), `capped` (the lane was full: served on the standard lane
 with the lane's fields dropped), `refused`/`busy` (an error: the lane refuses calls, or is full with
 `over_limit: refuse`). An unknown name in the router's own header is a client error (400).
-The lane is in the `x-router-lane` header and the `router_lanes` metric; its tier variants show in
-stats like any tier.
+The lane is in the `x-router-lane` header; calls that asked for one are counted by lane and outcome
+in the `router_lanes` metric and the stats' `lanes` key; tier variants show in stats like any tier.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,6 +28,7 @@ from router.policy.model import Lane, Policy
 
 LANE_HEADER = "x-router-lane"
 STANDARD = "standard"
+UNKNOWN = "unknown"  # what a value no lane claims is counted as
 LANE_FIELDS = ("speed", "service_tier")
 _ASK_NOTHING = frozenset({"auto", "default", STANDARD, "standard_only"})
 
@@ -49,7 +50,7 @@ class Asked:
 class Choice:
     name: str  # the lane the call is served on ("standard" unless served)
     outcome: Outcome
-    asked: str | None = None  # the lane it asked for
+    asked: str | None = None  # the lane it asked for ("unknown": a value no lane claims)
 
 
 STANDARD_LANE = Choice(STANDARD, "standard")
@@ -83,7 +84,7 @@ def choose(policy: Policy, a: Asked, inflight: Mapping[str, int]) -> Choice:
         if a.header is not None:
             known = ", ".join([STANDARD, *policy.lanes])
             raise BadRequest(f"Unknown lane {a.header[:100]!r} in {LANE_HEADER} (lanes: {known}).", param=LANE_HEADER)
-        return Choice(STANDARD, "standard", a.speed or a.service_tier)
+        return Choice(STANDARD, "standard", UNKNOWN)  # not the value itself: clients choose those
     lane = policy.lanes[name]
     if lane.refuse:
         return Choice(STANDARD, "refused", name)
@@ -129,9 +130,11 @@ def lane_call(call: Call, lane: Lane | None) -> Call:
 
 
 class Lanes:
-    """Calls in flight per lane, and each policy's lane views (rebuilt when the policy changes)."""
+    """Calls in flight per lane, and each policy's lane views (rebuilt when the policy changes).
+    `count` is told every choice of a call that asked for a lane, refusals included."""
 
-    def __init__(self) -> None:
+    def __init__(self, count: Callable[[Choice], None]) -> None:
+        self.count = count
         self.inflight: dict[str, int] = {}
         self._views: dict[str, Policy] = {}
         self._for: Policy | None = None
@@ -141,6 +144,7 @@ class Lanes:
         if not a.anything:
             return STANDARD_LANE, call, policy
         choice = choose(policy, a, self.inflight)
+        self.count(choice)
         if choice.outcome == "refused":
             raise LaneRefused(f"The lane {choice.asked!r} is not available through this router.")
         if choice.outcome == "busy":

@@ -38,7 +38,6 @@ T = TypeVar("T")
 
 async def begin(router: Router, call: Call) -> Trace:
     lane, call, policy = router.lanes.enter(call, router.policy.current)
-    router.metrics.lanes.labels(lane.asked or lane.name, lane.outcome).inc()
     try:
         sticky = await feedback.sticky_tier(router, call, policy)
         live = Live(sticky_tier=sticky, degraded=router.adaptive.degraded, diverted=router.adaptive.diverted)

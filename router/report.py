@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
-from router.store.base import ESCALATED, is_shadow
+from router.store.base import counted_apart
 
 
 def fetch(url: str, path: str, key: str | None = None) -> bytes:
@@ -94,7 +94,7 @@ def _rates(rows: list[list[Any]], key_of: Any) -> dict[str, tuple[list[float], l
     mistakes: dict[str, dict[float, int]] = defaultdict(lambda: defaultdict(int))
     for ts, tier, route, tool, kind, n in rows:
         label = key_of(tier, route, tool, kind)
-        if label is None or kind == ESCALATED or is_shadow(kind):  # counted apart, not as mistakes
+        if label is None or counted_apart(kind):  # escalations, shadow verdicts, lanes: not mistakes
             continue
         (mistakes if kind else calls)[label][ts] += n
     out = {}

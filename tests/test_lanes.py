@@ -55,7 +55,7 @@ def test_choice_is_a_pure_function_of_policy_request_and_load() -> None:
     assert choose(policy, asked(call_of({"service_tier": "scale"})), {}).name == "priority"
     assert choose(policy, asked(call_of({"service_tier": "auto"})), {}) == STANDARD_LANE  # asks for nothing
     unknown = choose(policy, asked(call_of({"service_tier": "turbo"})), {})
-    assert (unknown.name, unknown.outcome, unknown.asked) == ("standard", "standard", "turbo")
+    assert (unknown.name, unknown.outcome, unknown.asked) == ("standard", "standard", "unknown")
     assert choose(policy, asked(call_of({"speed": "flex"})), {}).outcome == "refused"
     header = asked(call_of({}, **{"x-router-lane": "fast"}))
     assert choose(policy, header, {}).name == "fast"
@@ -115,6 +115,10 @@ async def test_forwarded_and_unknown_service_tiers(fake, proxy_) -> None:
     raw = await sdk.chat.completions.with_raw_response.create(model="auto", messages=USER, service_tier="flexible")
     assert raw.headers["x-router-lane"] == "standard"  # no such lane: the call goes on untouched
     assert (await fake_requests(fake.url))[-1]["body"]["service_tier"] == "flexible"
+    await sdk.chat.completions.create(model="auto", messages=USER, service_tier="other")  # type: ignore[arg-type]
+    await proxy.router.store.flush()
+    lanes = (await proxy.router.store.stats())["lanes"]
+    assert (lanes["priority"]["served"], lanes["unknown"]["standard"]) == (1, 2)  # client values are not keys
 
 
 async def test_refused_lanes_and_unknown_header_lanes_are_errors(fake, proxy_) -> None:
@@ -131,6 +135,12 @@ async def test_refused_lanes_and_unknown_header_lanes_are_errors(fake, proxy_) -
     )
     assert unknown.status == 400 and "warp" in unknown.json()["error"]["message"]
     assert await fake_requests(fake.url) == []
+    await proxy.router.store.flush()
+    assert (await proxy.router.store.stats())["lanes"] == {
+        "flex": {"served": 0, "standard": 0, "capped": 0, "refused": 2, "busy": 0}
+    }
+    metrics = (await get(proxy.base + "/metrics")).body.decode()
+    assert 'router_lanes_total{lane="flex",outcome="refused"} 2.0' in metrics
 
 
 @pytest.mark.parametrize("over_limit", ["standard", "refuse"])
@@ -156,3 +166,8 @@ async def test_capped_lane(start_fake_, proxy_, over_limit: str) -> None:
         assert second.status == 429 and second.json()["error"]["code"] == "lane_busy"
         assert second.headers["retry-after"] == "1"
     assert proxy.router.lanes.inflight["fast"] == 0  # every place was given back
+    await proxy.router.store.flush()
+    outcome = "capped" if over_limit == "standard" else "busy"
+    assert (await proxy.router.store.stats())["lanes"]["fast"] == {
+        "served": 1, "standard": 0, "capped": int(outcome == "capped"), "refused": 0, "busy": int(outcome == "busy")
+    }  # fmt: skip

@@ -189,16 +189,32 @@ class Sample:
 # -- end of shadow samples ------------------------------------------------------------------------
 
 
+# Not mistakes either: calls that asked for a lane, by outcome (router/lanes.py); `route` holds the lane.
+LANE_PREFIX = "lane_"
+LANE_OUTCOMES = ("served", "standard", "capped", "refused", "busy")
+
+
+def counted_apart(kind: str) -> bool:
+    """Kinds that are neither answers nor mistakes: escalations, shadow verdicts, lane outcomes."""
+    return kind == ESCALATED or is_shadow(kind) or kind.startswith(LANE_PREFIX)
+
+
 def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
     """(tier, route, tool, kind, count) rows → the stats shape of DESIGN.md."""
     tiers: dict[str, Counts] = {}
     routes: dict[str, Counts] = {}
     tools: dict[str, dict[str, Counts]] = {}
     shadow: dict[str, dict[str, int]] = {}
+    lanes: dict[str, dict[str, int]] = {}
     for tier, route, tool, kind, n in rows:
         if is_shadow(kind):
             outcomes = shadow.setdefault(route, {})
             outcomes[kind] = outcomes.get(kind, 0) + n
+            continue
+        if kind.startswith(LANE_PREFIX):
+            outcomes = lanes.setdefault(route, dict.fromkeys(LANE_OUTCOMES, 0))
+            outcome = kind[len(LANE_PREFIX) :]
+            outcomes[outcome] = outcomes.get(outcome, 0) + n
             continue
         targets = [tools.setdefault(tier, {}).setdefault(tool, Counts())] if tool else []
         if not tool or kind:
@@ -215,6 +231,7 @@ def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
         "routes": {k: v.to_json() for k, v in sorted(routes.items())},
         "tools": {t: {k: v.to_json() for k, v in sorted(d.items())} for t, d in sorted(tools.items())},
         "shadow": {route: shadow_json(outcomes) for route, outcomes in sorted(shadow.items())},
+        "lanes": dict(sorted(lanes.items())),
     }
 
 

@@ -43,6 +43,7 @@ async def test_stats_shape_and_numbers(make_store: StoreFactory) -> None:
             "full": {"write_file": {"calls": 1, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0}},
         },
         "shadow": {},
+        "lanes": {},
         "store": stats["store"],
     }
     info = stats["store"]

@@ -102,3 +102,19 @@ async def test_shadow_counters_are_their_own_key(make_store: StoreFactory) -> No
     assert stats["routes"]["r"] == {"calls": 1, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0}
     assert stats["tiers"]["fast"]["calls"] == 1
     assert (await store.stats(window_seconds=600))["shadow"] == stats["shadow"]
+
+
+async def test_lane_counters_are_their_own_key(make_store: StoreFactory) -> None:
+    store = await make_store()
+    kinds = ["lane_served"] * 2 + ["lane_capped", "lane_busy"]
+    store.record(
+        [Event("full", "r"), *[Event("", "fast", kind=k) for k in kinds], Event("", "flex", kind="lane_refused")]
+    )
+    await store.flush()
+    stats = await store.stats()
+    assert stats["lanes"] == {
+        "fast": {"served": 2, "standard": 0, "capped": 1, "refused": 0, "busy": 1},
+        "flex": {"served": 0, "standard": 0, "capped": 0, "refused": 1, "busy": 0},
+    }
+    assert set(stats["routes"]) == {"r"} and set(stats["tiers"]) == {"full"}  # never a call or a mistake
+    assert (await store.stats(window_seconds=600))["lanes"] == stats["lanes"]
