@@ -13,18 +13,16 @@ translates to and from Messages.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import orjson
 
 from router.errors import UpstreamError, upstream_text
 from router.messages.translate import chat_message, finish_reason
 from router.policy.model import Tier
 from router.upstream.base import Chunk, Native, Reply
-from router.upstream.http import PooledHTTP, sse_events
+from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
 
 ANTHROPIC_API = "https://api.anthropic.com"
@@ -64,58 +62,20 @@ class AnthropicUpstream(PooledHTTP):
         headers = {k: v for k, v in native.headers.items() if k in FORWARDED_HEADERS}
         return orjson.dumps(body), headers
 
-    async def _post(self, native: Native, deadline: float, stream: bool) -> aiohttp.ClientResponse:
-        assert self._session is not None, "start() first"
-        data, headers = self._request(native, stream)
-        resp = await self._session.post(self.url, data=data, headers=headers, timeout=self._timeout(deadline))
-        if resp.status >= 400:
-            async with resp:
-                await self._error_status(resp)
-        return resp
-
     async def complete_native(self, native: Native, deadline: float) -> Reply:
-        try:
-            async with asyncio.timeout(self.config.timeouts.first_token):
-                resp = await self._post(native, deadline, stream=False)
-            async with resp:
-                raw = await resp.read()
-        except Exception as exc:  # every failure becomes an UpstreamError without secrets
-            self._fail(exc)
-        try:
-            message = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise UpstreamError(f"tier {self.tier!r} answered with invalid JSON", tier=self.tier) from None
-        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        data, headers = self._request(native, False)
+        raw, message = await self.post_json(self.url, data, deadline, headers)
+        if not isinstance(message.get("content"), list):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed message", tier=self.tier)
         return Reply(_completion(message), raw, native=message)
 
     async def stream_native(self, native: Native, deadline: float) -> AsyncIterator[Chunk]:
-        resp: aiohttp.ClientResponse | None = None
-        try:
-            async with asyncio.timeout(self.config.timeouts.first_token):
-                resp = await self._post(native, deadline, stream=True)
-                events = sse_events(resp.content)
-                first = await anext(events, None)
-        except BaseException as exc:
-            if resp is not None:
-                resp.close()
-            if not isinstance(exc, Exception):
-                raise
-            self._fail(exc)
         view = ChatView(self.tier, self._secrets)
-        try:
-            async with resp:
-                item = first
-                while item is not None:
-                    raw, more = item
-                    chunk = view.chunk(raw)
-                    chunk.more = more
-                    yield chunk
-                    item = await anext(events, None)
-        except Exception as exc:
-            self._fail(exc)
-        finally:
-            await events.aclose()
+        data, headers = self._request(native, True)
+        async for raw, more in self.post_events(self.url, data, deadline, headers):
+            chunk = view.chunk(raw)
+            chunk.more = more
+            yield chunk
 
 
 def _completion(message: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """What the pooled aiohttp tiers share: one keep-alive pool per tier, warmed at start-up, deadlines,
 failures turned into `UpstreamError`s without secrets, and an SSE reader.
 
-    PooledHTTP         base of OpenAICompatUpstream (openai_compat.py) and AnthropicUpstream (anthropic.py)
+    PooledHTTP         base of OpenAICompatUpstream (openai_compat.py) and AnthropicUpstream (anthropic.py):
+                       post_json (a whole answer), post_events (an SSE stream)
     sse_events(body)   (`data:` payload, more already received) per SSE event
 """
 
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
-from typing import NoReturn
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any, NoReturn
 
 import aiohttp
 import orjson
@@ -19,6 +20,8 @@ from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstre
 from router.policy.model import Tier
 
 log = logging.getLogger("router.upstream")
+
+_DONE = b"[DONE]"
 
 
 class PooledHTTP:
@@ -68,6 +71,61 @@ class PooledHTTP:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def post_json(
+        self, url: str, data: bytes, deadline: float, headers: Mapping[str, str] | None = None
+    ) -> tuple[bytes, dict[str, Any]]:
+        """POST and read a whole JSON object: (raw body, parsed). `first_token` bounds the wait for
+        the headers; every failure is an `UpstreamError` without secrets."""
+        assert self._session is not None, "start() first"
+        try:
+            async with asyncio.timeout(self.config.timeouts.first_token):
+                resp = await self._session.post(url, data=data, headers=headers, timeout=self._timeout(deadline))
+            async with resp:
+                if resp.status >= 400:
+                    await self._error_status(resp)
+                raw = await resp.read()
+        except Exception as exc:
+            self._fail(exc)
+        try:
+            parsed = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise UpstreamError(f"tier {self.tier!r} answered with invalid JSON", tier=self.tier) from None
+        if not isinstance(parsed, dict):
+            raise UpstreamError(f"tier {self.tier!r} answered with a non-object", tier=self.tier)
+        return raw, parsed
+
+    async def post_events(
+        self, url: str, data: bytes, deadline: float, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[tuple[bytes, bool]]:
+        """POST and read an SSE stream: (`data:` payload, more already received) per event, up to
+        `[DONE]` or the end. `first_token` bounds the wait for the first event; failures are
+        `UpstreamError`s; closing the iterator closes the connection."""
+        assert self._session is not None, "start() first"
+        resp: aiohttp.ClientResponse | None = None
+        try:
+            async with asyncio.timeout(self.config.timeouts.first_token):
+                resp = await self._session.post(url, data=data, headers=headers, timeout=self._timeout(deadline))
+                if resp.status >= 400:
+                    await self._error_status(resp)
+                events = sse_events(resp.content)
+                first = await anext(events, None)
+        except BaseException as exc:
+            if resp is not None:
+                resp.close()
+            if not isinstance(exc, Exception):
+                raise
+            self._fail(exc)
+        try:
+            async with resp:
+                item = first
+                while item is not None and item[0] != _DONE:
+                    yield item
+                    item = await anext(events, None)
+        except Exception as exc:
+            self._fail(exc)
+        finally:
+            await events.aclose()
 
     def _timeout(self, deadline: float) -> aiohttp.ClientTimeout:
         t = self.config.timeouts

@@ -8,22 +8,18 @@ once with orjson (the pool, warm-up and SSE reader are `PooledHTTP`'s, in http.p
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import orjson
 
 from router.errors import UpstreamError, upstream_text
 from router.policy.model import Tier
 from router.upstream.base import Chunk, Reply
-from router.upstream.http import PooledHTTP, sse_events
+from router.upstream.http import PooledHTTP
 
 log = logging.getLogger("router.upstream")
-
-_DONE = b"[DONE]"
 
 
 class OpenAICompatUpstream(PooledHTTP):
@@ -50,62 +46,17 @@ class OpenAICompatUpstream(PooledHTTP):
         return orjson.dumps(out)
 
     async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
-        assert self._session is not None, "start() first"
-        try:
-            async with asyncio.timeout(self.config.timeouts.first_token):
-                resp = await self._session.post(
-                    self.url, data=self._payload(body, False), timeout=self._timeout(deadline)
-                )
-            async with resp:
-                if resp.status >= 400:
-                    await self._error_status(resp)
-                raw = await resp.read()
-        except Exception as exc:  # every failure becomes an UpstreamError without secrets
-            self._fail(exc)
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise UpstreamError(f"tier {self.tier!r} answered with invalid JSON", tier=self.tier) from None
-        if not isinstance(data, dict):
-            raise UpstreamError(f"tier {self.tier!r} answered with a non-object", tier=self.tier)
+        raw, data = await self.post_json(self.url, self._payload(body, False), deadline)
         if problem := _malformed(data, "message"):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
         return Reply(data, raw)
 
     async def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
-        assert self._session is not None, "start() first"
-        resp: aiohttp.ClientResponse | None = None
-        try:
-            async with asyncio.timeout(self.config.timeouts.first_token):
-                resp = await self._session.post(
-                    self.url, data=self._payload(body, True), timeout=self._timeout(deadline)
-                )
-                if resp.status >= 400:
-                    await self._error_status(resp)
-                events = sse_events(resp.content)
-                first = await anext(events, None)
-        except BaseException as exc:
-            if resp is not None:
-                resp.close()
-            if not isinstance(exc, Exception):
-                raise
-            self._fail(exc)
         heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
-        try:
-            async with resp:
-                item = first
-                while item is not None:
-                    event, more = item
-                    if event == _DONE:
-                        return
-                    chunk = _without_repeated_heads(self._chunk(event), heads)
-                    chunk.more = more
-                    yield chunk
-                    item = await anext(events, None)
-        except Exception as exc:
-            self._fail(exc)
-        finally:
-            await events.aclose()
+        async for event, more in self.post_events(self.url, self._payload(body, True), deadline):
+            chunk = _without_repeated_heads(self._chunk(event), heads)
+            chunk.more = more
+            yield chunk
 
     def _chunk(self, raw: bytes) -> Chunk:
         try:
