@@ -1,4 +1,5 @@
-"""A deterministic, fault-injecting fake model server (OpenAI chat completions + Anthropic Messages).
+"""A deterministic, fault-injecting fake model server (OpenAI chat completions and Responses, Anthropic
+Messages).
 
 Users try policies with it, tests inject faults with it, benchmarks measure proxy overhead against it,
 so the happy path does no sleeping and little work. Run it with ``agent-router fake-upstream`` (CLI),
@@ -9,6 +10,7 @@ Endpoints
                              OpenAI's, ``stream_options.include_usage`` honoured).
   POST /v1/messages          Anthropic Messages API, JSON or SSE (``message_start`` ... ``message_stop``);
                              accepts ``x-api-key`` or ``Authorization: Bearer``.
+  POST /v1/responses         OpenAI Responses API, JSON or SSE (``response.created`` ... ``.completed``).
   GET  /v1/models            lists ``config.model``.      GET /health -> ``{"status": "ok"}``.
   GET  /_fake/requests       the last 100 /v1/* requests: method, path, headers (lower-case names),
                              body (parsed JSON). ``DELETE /_fake/requests`` clears them.
@@ -65,6 +67,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from router.upstream.fake_faults import Plan, plan_of
+from router.upstream.fake_responses import MALFORMED_RESPONSES, response_events, response_object, responses_tools
 from router.upstream.fake_tools import BAD_KINDS, Answer, make_text, tool_answer
 from router.upstream.fake_wire import (
     MALFORMED_ANTHROPIC,
@@ -133,17 +137,6 @@ _JSON = {"Content-Type": "application/json"}
 _SSE = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
-@dataclass(slots=True)
-class _Plan:
-    status: int = 0
-    reset: bool = False
-    reset_mid: bool = False
-    malformed: bool = False
-    bad_kind: str | None = None
-    delay_ms: float = 0.0
-    first_ms: float = 0.0
-
-
 def _error(status: int, message: str, anthropic: bool) -> web.Response:
     headers = {**_JSON, "retry-after-ms": "10"} if status == 429 else _JSON
     return web.Response(status=status, body=error_body(status, message, anthropic), headers=headers)
@@ -167,50 +160,6 @@ def _authorized(st: _State, request: web.Request, anthropic: bool) -> bool:
     return request.headers.get("Authorization") == f"Bearer {key}"
 
 
-def _parse_faults(header: str, plan: _Plan) -> str | None:
-    """Apply ``x-fake-fault`` to ``plan``; return an error message for a bad header."""
-    flags = {"reset": "reset", "reset-mid-stream": "reset_mid", "malformed-sse": "malformed"}
-    for item in filter(None, (part.strip() for part in header.split(","))):
-        name, _, arg = item.partition(":")
-        try:
-            if item.isdigit() and 400 <= int(item) <= 599:
-                plan.status = int(item)
-            elif item in flags:
-                setattr(plan, flags[item], True)
-            elif name == "bad-tool" and arg in BAD_KINDS:
-                plan.bad_kind = arg
-            elif name in ("slow-first-token", "delay"):
-                setattr(plan, "first_ms" if name == "slow-first-token" else "delay_ms", float(arg))
-            else:
-                return f"x-fake-fault: unknown fault {item!r}"
-        except ValueError:
-            return f"x-fake-fault: bad value in {item!r}"
-    return None
-
-
-def _plan(st: _State, request: web.Request) -> _Plan | str:
-    cfg = st.config
-    plan = _Plan(delay_ms=cfg.delay_ms, first_ms=cfg.first_token_delay_ms)
-    header = request.headers.get("x-fake-fault")
-    problem = _parse_faults(header, plan) if header else None
-    if problem:
-        return problem
-    draw = st.rng.random  # always four draws, whatever the header forces
-    reset, error, reset_mid, malformed = (
-        draw() < cfg.reset_before_first_byte,
-        draw() < cfg.error_rate,
-        draw() < cfg.reset_mid_stream,
-        draw() < cfg.malformed_sse,
-    )
-    plan.reset, plan.reset_mid, plan.malformed = (
-        plan.reset or reset,
-        plan.reset_mid or reset_mid,
-        plan.malformed or malformed,
-    )
-    plan.status = plan.status or (500 if error else 0)
-    return plan
-
-
 def _cut(request: web.Request) -> None:
     """Reset the TCP connection: SO_LINGER 0 then abort, so the peer gets an RST."""
     transport = request.transport
@@ -222,7 +171,7 @@ def _cut(request: web.Request) -> None:
     transport.abort()
 
 
-async def _send_json(request: web.Request, plan: _Plan, body: bytes, headers: dict[str, str]) -> web.StreamResponse:
+async def _send_json(request: web.Request, plan: Plan, body: bytes, headers: dict[str, str]) -> web.StreamResponse:
     if plan.malformed:
         body = body[: len(body) // 2]
     if not plan.reset_mid:
@@ -237,7 +186,7 @@ async def _send_json(request: web.Request, plan: _Plan, body: bytes, headers: di
 
 
 async def _send_stream(
-    request: web.Request, st: _State, plan: _Plan, events: list[bytes], headers: dict[str, str], bad: bytes
+    request: web.Request, st: _State, plan: Plan, events: list[bytes], headers: dict[str, str], bad: bytes
 ) -> web.StreamResponse:
     st.streams += 1
     resp = web.StreamResponse(headers={**_SSE, **headers})
@@ -263,21 +212,27 @@ async def _send_stream(
     return resp
 
 
-async def _serve(request: web.Request, anthropic: bool) -> web.StreamResponse:
+async def _serve(request: web.Request, api: str) -> web.StreamResponse:
+    """One answer of `api`: "chat" (completions), "messages" (Anthropic) or "responses" (OpenAI)."""
     st = request.app[STATE]
     raw = await request.read()
     body = _record(st, request, raw)
+    anthropic = api == "messages"
     if not _authorized(st, request, anthropic):
         return _error(401, "fake upstream: invalid API key", anthropic)
+    if api == "responses" and isinstance(body, dict) and isinstance(body.get("input"), str | list):
+        inputs = body["input"]
+        body = {**body, "messages": inputs if isinstance(inputs, list) else [{"content": inputs}]}
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         return _error(400, "fake upstream: body must be a JSON object with a 'messages' list", anthropic)
-    tools, chosen = anthropic_tools(body) if anthropic else openai_tools(body)
+    pick = {"chat": openai_tools, "messages": anthropic_tools, "responses": responses_tools}[api]
+    tools, chosen = pick(body)
     if chosen is not None and all(name != chosen for name, _ in tools):
         return _error(400, f"fake upstream: tool_choice names {chosen!r}, which is not in tools", anthropic)
-    plan = _plan(st, request)
+    plan = plan_of(request.headers.get("x-fake-fault"), st.rng, st.config)
     if isinstance(plan, str):
         return _error(400, plan, anthropic)
-    # _plan drew the fault floats; the rest is drawn here. All before the first await, so concurrency
+    # plan_of drew the fault floats; the rest is drawn here. All before the first await, so concurrency
     # cannot interleave two requests' draws.
     rid = st.rng.getrandbits(96)
     cfg = st.config
@@ -299,6 +254,11 @@ async def _serve(request: web.Request, anthropic: bool) -> web.StreamResponse:
     model = model if isinstance(model, str) else cfg.model
     prompt, completion = prompt_tokens(body), len(answer.text or answer.tool_args or "") // 4 + 1
     headers = {"x-fake-defect": answer.defect} if answer.defect else {}
+    if api == "responses":
+        response = response_object(answer, f"{rid:024x}", model, (prompt, completion))
+        if stream:
+            return await _send_stream(request, st, plan, response_events(response), headers, MALFORMED_RESPONSES)
+        return await _send_json(request, plan, orjson.dumps(response), headers)
     if anthropic:
         message = anthropic_message(answer, f"msg_{rid:024x}", model, (prompt, completion))
         if stream:
@@ -315,12 +275,11 @@ async def _serve(request: web.Request, anthropic: bool) -> web.StreamResponse:
     return await _send_json(request, plan, chat_completion(answer, cid, created, model, usage), headers)
 
 
-async def _chat(request: web.Request) -> web.StreamResponse:
-    return await _serve(request, anthropic=False)
+def _api(name: str) -> Any:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await _serve(request, name)
 
-
-async def _messages(request: web.Request) -> web.StreamResponse:
-    return await _serve(request, anthropic=True)
+    return handler
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -355,8 +314,9 @@ async def _stats(request: web.Request) -> web.Response:
 def create_fake_app(config: FakeConfig) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[STATE] = _State(config)
-    app.router.add_post("/v1/chat/completions", _chat)
-    app.router.add_post("/v1/messages", _messages)
+    app.router.add_post("/v1/chat/completions", _api("chat"))
+    app.router.add_post("/v1/messages", _api("messages"))
+    app.router.add_post("/v1/responses", _api("responses"))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/_fake/requests", _get_requests)

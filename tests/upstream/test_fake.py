@@ -412,6 +412,32 @@ async def test_anthropic_messages(server: FakeServer) -> None:
             await an.messages.create(model="c", max_tokens=5, messages=MESSAGES, extra_headers={"x-fake-fault": "500"})
 
 
+async def test_openai_responses(server: FakeServer) -> None:
+    tools: Any = [{"type": "function", "name": n, "description": n, "parameters": s} for n, s in SCHEMAS.items()]
+    async with client(server) as sdk:
+        text = await sdk.responses.create(model="gpt-x", input="Say something.")
+        assert text.id.startswith("resp_") and text.status == "completed" and text.model == "gpt-x"
+        assert len(text.output_text.split()) == 12 and text.usage is not None and text.usage.input_tokens > 0
+        used = await sdk.responses.create(
+            model="m", input=MESSAGES, tools=tools, tool_choice={"type": "function", "name": "search"}
+        )
+        [call] = used.output
+        assert call.type == "function_call" and call.name == "search"
+        jsonschema.validate(json.loads(call.arguments), SEARCH_SCHEMA)
+        async with sdk.responses.stream(model="m", input=MESSAGES, tools=tools) as stream:
+            kinds = [event.type async for event in stream]
+            final = await stream.get_final_response()
+        assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+        [call] = final.output
+        assert call.type == "function_call" and "response.function_call_arguments.delta" in kinds
+        jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+        async with sdk.responses.stream(model="m", input="hi") as stream:
+            deltas = [e.delta async for e in stream if e.type == "response.output_text.delta"]
+        assert len("".join(deltas).split()) == 12
+        with pytest.raises(openai.InternalServerError):
+            await sdk.responses.create(model="m", input="hi", extra_headers={"x-fake-fault": "500"})
+
+
 async def test_invalid_requests(server: FakeServer) -> None:
     with pytest.raises(ValueError, match="bad_tool_rate"):
         FakeConfig(bad_tool_rate=1.5)

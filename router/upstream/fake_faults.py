@@ -1,0 +1,67 @@
+"""The fake upstream's fault plan for one request: what the ``x-fake-fault`` header forces, plus the
+config's seeded rates (``router.upstream.fake`` documents both)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from router.upstream.fake_tools import BAD_KINDS
+
+if TYPE_CHECKING:
+    from router.upstream.fake import FakeConfig
+
+
+@dataclass(slots=True)
+class Plan:
+    status: int = 0
+    reset: bool = False
+    reset_mid: bool = False
+    malformed: bool = False
+    bad_kind: str | None = None
+    delay_ms: float = 0.0
+    first_ms: float = 0.0
+
+
+def parse_faults(header: str, plan: Plan) -> str | None:
+    """Apply ``x-fake-fault`` to ``plan``; return an error message for a bad header."""
+    flags = {"reset": "reset", "reset-mid-stream": "reset_mid", "malformed-sse": "malformed"}
+    for item in filter(None, (part.strip() for part in header.split(","))):
+        name, _, arg = item.partition(":")
+        try:
+            if item.isdigit() and 400 <= int(item) <= 599:
+                plan.status = int(item)
+            elif item in flags:
+                setattr(plan, flags[item], True)
+            elif name == "bad-tool" and arg in BAD_KINDS:
+                plan.bad_kind = arg
+            elif name in ("slow-first-token", "delay"):
+                setattr(plan, "first_ms" if name == "slow-first-token" else "delay_ms", float(arg))
+            else:
+                return f"x-fake-fault: unknown fault {item!r}"
+        except ValueError:
+            return f"x-fake-fault: bad value in {item!r}"
+    return None
+
+
+def plan_of(header: str | None, rng: random.Random, cfg: FakeConfig) -> Plan | str:
+    """The request's plan, or an error message for a bad header (then nothing is drawn)."""
+    plan = Plan(delay_ms=cfg.delay_ms, first_ms=cfg.first_token_delay_ms)
+    problem = parse_faults(header, plan) if header else None
+    if problem:
+        return problem
+    draw = rng.random  # always four draws, whatever the header forces
+    reset, error, reset_mid, malformed = (
+        draw() < cfg.reset_before_first_byte,
+        draw() < cfg.error_rate,
+        draw() < cfg.reset_mid_stream,
+        draw() < cfg.malformed_sse,
+    )
+    plan.reset, plan.reset_mid, plan.malformed = (
+        plan.reset or reset,
+        plan.reset_mid or reset_mid,
+        plan.malformed or malformed,
+    )
+    plan.status = plan.status or (500 if error else 0)
+    return plan
