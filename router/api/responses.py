@@ -44,7 +44,9 @@ async def create(request: Request) -> Response:
         body = parse_body(await read_body(request, router))
         state = router.responses
         stream = body.get("stream") is True
-        turn = turns.prepare(body, lower_headers(request), await turns.previous(body, None, state), stream=stream)
+        prev = await turns.previous(body, None, state)
+        native = turns.passes_through(router.policy.current)
+        turn = turns.prepare(body, lower_headers(request), prev, stream=stream, native=native)
 
         def save(entry: Stored) -> None:
             if turn.store:

@@ -163,7 +163,8 @@ class Connection:
         body = {k: v for k, v in event.items() if k not in _ENVELOPE}
         try:
             prev = await turns.previous(body, self.cache, self.shared)
-            turn = turns.prepare(body, self.headers, prev, stream=True)
+            native = turns.passes_through(self.router.policy.current)
+            turn = turns.prepare(body, self.headers, prev, stream=True, native=native)
         except RouterError as exc:
             await self.send(error_event(exc))
             return

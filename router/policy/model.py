@@ -63,6 +63,10 @@ class Tier(Strict):
     defaults: dict[str, Any] = Field(
         default_factory=dict, description="body fields set on requests to this tier that do not carry them"
     )
+    apis: list[Literal["responses"]] = Field(
+        default_factory=list,
+        description="client APIs this openai/ tier serves itself (POST {api_base}/responses): passed through",
+    )
 
     @property
     def provider(self) -> str:
@@ -77,6 +81,8 @@ class Tier(Strict):
     def _openai_needs_base(self) -> Tier:
         if self.provider == "openai" and not self.api_base:
             raise ValueError("an openai/<id> tier needs api_base (the OpenAI-compatible server's /v1 URL)")
+        if self.apis and self.provider != "openai":
+            raise ValueError("apis: only openai/<id> tiers take it (anthropic/* tiers serve Messages natively)")
         if self.api_base is not None:
             url = urlsplit(self.api_base)
             if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:

@@ -8,6 +8,8 @@
                         response.function_call_arguments.delta ..., .done, response.output_item.done
     response.completed  (response.incomplete when the model hit max_output_tokens or a filter)
 
+A tier that serves Responses itself has its own events forwarded (`feed_native`), renumbered.
+
 Every event carries `sequence_number`. Failures become one `error` event: the transports send it
 as the last event of that response (no `response.failed` follows, so a client that stops reading at
 `error` finds nothing stale on the connection before its next response).
@@ -22,6 +24,8 @@ from router.errors import RouterError
 from router.responses.translate import function_item, message_item, new_id, response_object, text_part
 
 Event = dict[str, Any]
+_ENVELOPE = frozenset({"response.created", "response.in_progress", "response.queued", "response.completed",
+                       "response.incomplete"})  # fmt: skip
 
 
 def error_event(exc: RouterError, sequence_number: int = 0) -> Event:
@@ -53,6 +57,7 @@ class EventBuilder:
         self._parts: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}  # chunk tool-call index → its item (open or done)
         self._open_call: int | None = None
+        self._native: dict[Any, int] = {}  # a native attempt's output_index → this response's
 
     def event(self, kind: str, **fields: Any) -> Event:
         ev = {"type": kind, "sequence_number": self.seq, **fields}
@@ -95,6 +100,36 @@ class EventBuilder:
         if fr := choice.get("finish_reason"):
             self.finish_reason = fr
         return out
+
+    def feed_native(self, event: Mapping[str, Any], chunk: Mapping[str, Any]) -> list[Event]:
+        """A tier's own Responses event (pass-through, router/responses/native.py), forwarded with this
+        response's sequence numbers and output indexes; `chunk` is its chat equivalent. The envelope
+        (created, in_progress, completed) is this builder's own."""
+        self.feed({k: v for k, v in chunk.items() if k != "choices"})  # model and usage
+        if fr := (chunk.get("choices") or [{}])[0].get("finish_reason"):
+            self.finish_reason = fr
+        kind = event.get("type")
+        index = event.get("output_index")
+        if kind == "response.output_item.added" and isinstance(event.get("item"), dict):
+            out = self._close_text() + self._close_call()
+            self.output.append(dict(event["item"]))
+            self._native[index] = len(self.output) - 1
+            return [*out, self._forward(event, output_index=len(self.output) - 1)]
+        if isinstance(index, int):
+            mine = self._native.get(index)
+            if mine is None:
+                return []
+            if kind == "response.output_item.done" and isinstance(event.get("item"), dict):
+                self.output[mine] = dict(event["item"])
+            return [self._forward(event, output_index=mine)]
+        if kind in _ENVELOPE:
+            return []
+        return [self._forward(event)]
+
+    def _forward(self, event: Mapping[str, Any], **fields: Any) -> Event:
+        ev = {**event, **fields, "sequence_number": self.seq}
+        self.seq += 1
+        return ev
 
     def close(self) -> list[Event]:
         """The `.done` events of the items still open; `output` is final after this."""

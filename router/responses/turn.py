@@ -2,7 +2,8 @@
 
     previous(request, conn, state)     the `Stored` history its `previous_response_id` names (the
                                        connection's cache, then the process's, then the store), or 400
-    prepare(request, headers, prev)    → Turn: the chat body as a `Call`, the new messages, the session
+    prepare(request, headers, prev)    → Turn: the chat body as a `Call` (with the request itself for tiers
+                                       that serve Responses: native.py), the new messages, the session
     complete(router, turn, save)       → (trace, Response object)          non-streaming
     events(turn, trace, chunks, save)  → Responses events of a pipeline stream (`event_builder(turn)` makes
                                        the builder when the caller sends `response.created` itself)
@@ -28,11 +29,13 @@ from router.call import SESSION_HEADER, Call, session_of
 from router.errors import BadRequest, RouterError
 from router.escalation import Trace
 from router.policy.decide import features_of
+from router.policy.model import Policy
 from router.responses.events import Event, EventBuilder
+from router.responses.native import native_body
 from router.responses.state import ResponseCache, ResponseState, Stored, stored
 from router.responses.translate import assistant_message, chat_body, new_id, output_items, response_object
 from router.store.responses import StoreUnreachable
-from router.upstream.base import Chunk
+from router.upstream.base import Chunk, Native
 
 if TYPE_CHECKING:
     from router.app import Router
@@ -91,20 +94,29 @@ async def previous(request: Mapping[str, Any], conn: ResponseCache | None, state
     )
 
 
-def prepare(request: Mapping[str, Any], headers: Mapping[str, str], prev: Stored | None, *, stream: bool) -> Turn:
+def prepare(
+    request: Mapping[str, Any], headers: Mapping[str, str], prev: Stored | None, *, stream: bool, native: bool = False
+) -> Turn:
+    """`native`: a tier of the policy serves Responses itself, so the call carries the request too."""
     history = prev.messages if prev is not None else ()
     body, new = chat_body(request, history, stream=stream)
     # the header, else the chain's first response's, else (a first response) `user` or a hash of the opening
     session = session_of(body, headers) if headers.get(SESSION_HEADER) or prev is None else prev.session
-    call = Call(body, headers, features_of(body, headers), session)
+    passed = Native("responses", native_body(request, history), {}) if native else None
+    call = Call(body, headers, features_of(body, headers), session, passed)
     return Turn(request, new_id("resp"), int(time.time()), call, history, new)
+
+
+def passes_through(policy: Policy) -> bool:
+    """Whether a tier of `policy` takes Responses calls as they are (`apis: [responses]`)."""
+    return any("responses" in tier.apis for tier in policy.models.values())
 
 
 async def complete(router: Router, turn: Turn, save: Save) -> tuple[Trace, dict[str, Any]]:
     trace, reply = await pipeline.complete(router, turn.call)
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    output = output_items(choice.get("message") or {})
+    output = reply.native["output"] if reply.native is not None else output_items(choice.get("message") or {})
     response = response_object(
         turn.request,
         turn.id,
@@ -136,7 +148,7 @@ async def events(
             yield ev
     try:
         async for chunk in chunks:
-            for ev in b.feed(chunk.data):
+            for ev in b.feed(chunk.data) if chunk.native is None else b.feed_native(chunk.native, chunk.data):
                 yield ev
     except RouterError as exc:
         yield b.error(exc)

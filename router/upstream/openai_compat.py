@@ -1,5 +1,8 @@
 """OpenAI-compatible tiers (llama.cpp, vLLM, Ollama, SGLang, OpenAI): a pooled aiohttp pass-through.
 
+A tier with `apis: [responses]` also takes Responses calls as they are (`complete_native` /
+`stream_native`, POST {api_base}/responses); router/responses/native.py has what that needs.
+
 One `aiohttp.ClientSession` per tier, keep-alive connections opened at start-up, bodies encoded
 once with orjson (the pool, warm-up and SSE reader are `PooledHTTP`'s, in http.py). Timeouts:
 `connect` for the TCP connection, `first_token` until the headers (JSON) or the first SSE event
@@ -16,7 +19,8 @@ import orjson
 
 from router.errors import UpstreamError, upstream_text
 from router.policy.model import Tier
-from router.upstream.base import Chunk, Reply
+from router.responses.native import ChatView, completion_of
+from router.upstream.base import Chunk, Native, Reply
 from router.upstream.http import PooledHTTP
 
 log = logging.getLogger("router.upstream")
@@ -27,6 +31,8 @@ class OpenAICompatUpstream(PooledHTTP):
         super().__init__(tier, config)
         base = config.api_base.rstrip("/") if config.api_base else ""
         self.url, self.warm_url = base + "/chat/completions", base + "/models"
+        self.responses_url = base + "/responses"
+        self.dialects = frozenset(config.apis)  # client APIs passed through (`complete_native`)
         self._headers["accept"] = "application/json, text/event-stream"
         if self._key:
             self._headers["authorization"] = f"Bearer {self._key}"
@@ -55,6 +61,27 @@ class OpenAICompatUpstream(PooledHTTP):
         heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
         async for event, more in self.post_events(self.url, self._payload(body, True), deadline):
             chunk = _without_repeated_heads(self._chunk(event), heads)
+            chunk.more = more
+            yield chunk
+
+    def _native_payload(self, native: Native, stream: bool) -> bytes:
+        body = {**self.config.defaults, **native.body, **self.config.params, "model": self.config.upstream_model}
+        if "tool_choice" not in native.body and not native.body.get("tools"):
+            body.pop("tool_choice", None)
+        body["stream"] = stream
+        return orjson.dumps(body)
+
+    async def complete_native(self, native: Native, deadline: float) -> Reply:
+        """A Responses request, passed through (router/responses/native.py)."""
+        raw, response = await self.post_json(self.responses_url, self._native_payload(native, False), deadline)
+        if not isinstance(response.get("output"), list):
+            raise UpstreamError(f"tier {self.tier!r} answered with a malformed response", tier=self.tier)
+        return Reply(completion_of(response), raw, native=response)
+
+    async def stream_native(self, native: Native, deadline: float) -> AsyncIterator[Chunk]:
+        view = ChatView(self.tier, self._secrets)
+        async for raw, more in self.post_events(self.responses_url, self._native_payload(native, True), deadline):
+            chunk = view.chunk(raw)
             chunk.more = more
             yield chunk
 

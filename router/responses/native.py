@@ -1,0 +1,138 @@
+"""Responses calls passed through to tiers that serve the Responses API themselves (`apis: [responses]`).
+
+    native_body(request, history)   the request as the tier gets it: the router's chain written out as
+                                    input items (the tier never sees the router's response ids) and
+                                    `store: false` (the router keeps the state)
+    ChatView                        the tier's stream events → the chat.completion.chunk each one
+                                    amounts to, for the Gate and the checks (the event rides along in
+                                    `Chunk.native`)
+    completion_of(response)         a whole Response object → the chat.completion the checks read
+
+Items the chat translation cannot carry (reasoning, built-in tool calls, annotations) reach the
+client as the tier sent them; the chain the router remembers keeps text and function calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from router.errors import UpstreamError, upstream_text
+from router.responses.translate import items_of
+from router.upstream.base import Chunk
+
+_ROUTER_FIELDS = ("previous_response_id", "type", "generate")  # resolved or used by the router itself
+
+
+def native_body(request: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    body = {k: v for k, v in request.items() if k not in _ROUTER_FIELDS}
+    if history:
+        new = request.get("input")
+        new_items = [{"type": "message", "role": "user", "content": new}] if isinstance(new, str) else list(new or ())
+        body["input"] = [*items_of(history), *new_items]
+    body["store"] = False
+    return body
+
+
+def _usage(usage: Any) -> dict[str, int] | None:
+    if not isinstance(usage, dict):
+        return None
+    return {
+        "prompt_tokens": int(usage.get("input_tokens") or 0),
+        "completion_tokens": int(usage.get("output_tokens") or 0),
+    }
+
+
+def _finish(response: Mapping[str, Any], calls: bool) -> str:
+    if calls:
+        return "tool_calls"
+    incomplete = response.get("incomplete_details")
+    reason = incomplete.get("reason") if isinstance(incomplete, dict) else None
+    return "length" if reason == "max_output_tokens" else "content_filter" if reason == "content_filter" else "stop"
+
+
+def completion_of(response: Mapping[str, Any]) -> dict[str, Any]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for item in response.get("output") or ():
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "message":
+            texts += [str(p.get("text", "")) for p in item.get("content") or () if isinstance(p, dict)]
+        elif item.get("type") == "function_call":
+            function = {"name": str(item.get("name", "")), "arguments": str(item.get("arguments", ""))}
+            calls.append({"id": str(item.get("call_id", "")), "type": "function", "function": function})
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        message["tool_calls"] = calls
+    choice = {"index": 0, "message": message, "finish_reason": _finish(response, bool(calls))}
+    model = str(response.get("model", ""))
+    out: dict[str, Any] = {"id": str(response.get("id", "")), "object": "chat.completion", "model": model,
+                           "choices": [choice]}  # fmt: skip
+    if (usage := _usage(response.get("usage"))) is not None:
+        out["usage"] = usage
+    return out
+
+
+class ChatView:
+    def __init__(self, tier: str, secrets: tuple[str, ...]) -> None:
+        self.tier = tier
+        self.secrets = secrets
+        self.id = ""
+        self.model = ""
+        self._calls: dict[int, int] = {}  # output_index of a function_call item → tool-call index
+        self._args: set[int] = set()  # tool calls whose arguments have started
+
+    def chunk(self, raw: bytes) -> Chunk:
+        try:
+            event = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event", tier=self.tier) from None
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            raise UpstreamError(f"tier {self.tier!r} sent an SSE event without a type", tier=self.tier)
+        if event["type"] in ("error", "response.failed"):
+            detail = event.get("error") or (event.get("response") or {}).get("error") or event
+            message = upstream_text(str(detail.get("message", "") if isinstance(detail, dict) else ""), self.secrets)
+            raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)
+        data: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk", "model": self.model}
+        delta, finish = self._delta(event, data)
+        data["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
+        data["id"], data["model"] = self.id, self.model
+        return Chunk(data, None, native=event)
+
+    def _delta(self, event: dict[str, Any], data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        kind = event["type"]
+        response: dict[str, Any] = event["response"] if isinstance(event.get("response"), dict) else {}
+        item: dict[str, Any] = event["item"] if isinstance(event.get("item"), dict) else {}
+        index = event.get("output_index")
+        if kind == "response.created":
+            self.id, self.model = str(response.get("id", "")), str(response.get("model", ""))
+            return {"role": "assistant"}, None
+        if kind in ("response.completed", "response.incomplete"):
+            if (usage := _usage(response.get("usage"))) is not None:
+                data["usage"] = usage
+            return {}, _finish(response, bool(self._calls))
+        if kind == "response.output_text.delta":
+            return {"content": str(event.get("delta", ""))}, None
+        if kind == "response.output_item.added" and item.get("type") == "function_call" and isinstance(index, int):
+            n = self._calls[index] = len(self._calls)
+            function = {"name": str(item.get("name", "")), "arguments": ""}
+            return {"tool_calls": [{"index": n, "id": str(item.get("call_id", "")), "type": "function",
+                                    "function": function}]}, None  # fmt: skip
+        found = self._calls.get(index) if isinstance(index, int) else None
+        if found is None:
+            return {}, None
+        n = found
+        if kind == "response.function_call_arguments.delta" and (text := str(event.get("delta") or "")):
+            self._args.add(n)
+            return _arguments(n, text), None
+        if kind == "response.output_item.done" and n not in self._args:  # a tier that sent no deltas
+            self._args.add(n)
+            return _arguments(n, str(item.get("arguments") or "{}")), None
+        return {}, None
+
+
+def _arguments(n: int, text: str) -> dict[str, Any]:
+    return {"tool_calls": [{"index": n, "function": {"arguments": text}}]}
