@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from router.call import Call
+from router.policy.decide import routed_by_policy
 from router.policy.model import AfterAgentError, Policy
 from router.store.base import Event, RoutedCall
 
@@ -38,7 +39,7 @@ async def sticky_tier(router: Router, call: Call, policy: Policy) -> str | None:
         if sticky:
             await router.store.sticky_set(call.session, policy.escalation.chain[-1], sticky)
         log.info("session %s: agent reported %d failed tool call(s)", call.session[:16], len(failed))
-    if not sticky:
+    if not sticky or not routed_by_policy(call.features, policy):
         return None
     tier = await router.store.sticky_take(call.session)
     return tier if tier in policy.models else None

@@ -116,6 +116,14 @@ def first_match(routes: list[Route], f: Features) -> Route | None:
     return next((r for r in routes if _matches(r.when, f)), None)
 
 
+def routed_by_policy(f: Features, policy: Policy) -> bool:
+    """The call's model is `auto` and no tier is forced: only then may a sticky session decide
+    (so a forced or aliased call does not use up one of its sticky calls)."""
+    if policy.allow_tier_header and f.headers.get(TIER_HEADER):
+        return False
+    return policy.resolve_alias(f.model) == "auto"
+
+
 def decide(f: Features, policy: Policy, live: Live = Live()) -> Decision:
     """Which tier answers this call, by which route, and why. Raises NotFound for unknown models."""
     target = policy.resolve_alias(f.model)

@@ -159,3 +159,24 @@ async def test_retrying_a_failed_call_verbatim_does_not_count_the_failure_twice(
     agent.answer(second, "Sunny, 21 C", arguments=first_args)  # the same call again, now it worked
     await agent.ask()
     assert await agent_errors(proxy) == ({"fast": 1, "full": 0}, {"get_weather": 1})
+
+
+async def test_forced_tier_does_not_use_up_a_sticky_call(start_fake_, proxy_, sdk) -> None:
+    fast = await start_fake_(FakeConfig(seed=1))
+    full = await start_fake_(FakeConfig(seed=2))
+    proxy = await proxy_(policy_text(fast.url, full.url, extra=EXTRA + "allow_tier_header: true\n"))
+    agent = Agent(sdk(proxy.url), "forced")
+    _, _, first = await agent.ask()
+    agent.answer(first, "Error: no such city")
+    agent.headers["x-router-tier"] = "fast"
+    tier, route, second = await agent.ask()  # reports the failure, but the header decides
+    assert (tier, route) == ("fast", "header")
+    del agent.headers["x-router-tier"]
+    agent.answer(second, "Sunny", arguments='{"city": "Lyon"}')
+    tiers = []
+    for city in ("Nice", "Metz", "Caen"):
+        tier, _, answer = await agent.ask()
+        tiers.append(tier)
+        agent.answer(answer, "Sunny", arguments=f'{{"city": "{city}"}}')
+    assert tiers == ["full", "full", "fast"]  # both sticky calls were still there
+    assert (await agent_errors(proxy))[0] == {"fast": 1, "full": 0}
