@@ -5,8 +5,9 @@ delivered in the previous turn. When one reports failure — Anthropic-style `is
 failure pattern (a traceback, an `Error:` prefix, a non-zero exit code), or the model repeating
 an earlier call verbatim — the router records `agent_reported_error` against the tier and tool
 that made that call, and the session's next `sticky_calls` calls go to the escalation tier.
-Only the newest results are read, so a failure is counted once although every later call of the
-conversation repeats it.
+Only the newest results are read, and a routed call is forgotten once its failure is counted, so a
+failure is counted once although every later call of the conversation repeats it, and although a
+client may send the same request again.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ async def _failed_calls(router: Router, call: Call, rules: AfterAgentError) -> A
         return
     for result in results:
         if str(result.get("tool_call_id")) in call.reported_errors or _reports_failure(result, rules):
-            routed = await router.store.routed_get(call.session, str(result.get("tool_call_id")))
+            routed = await router.store.routed_take(call.session, str(result.get("tool_call_id")))
             if routed is not None:
                 yield routed
     if rules.repeated_call and assistant is not None:
@@ -61,7 +62,7 @@ async def _failed_calls(router: Router, call: Call, rules: AfterAgentError) -> A
             prior = seen.get(_signature(c))
             if prior is None or prior.get("id") == c.get("id") or _reported(messages, prior.get("id"), rules):
                 continue
-            routed_prior = await router.store.routed_get(call.session, str(prior.get("id")))
+            routed_prior = await router.store.routed_take(call.session, str(prior.get("id")))
             if routed_prior is not None:
                 yield routed_prior
 

@@ -273,6 +273,10 @@ class Store(Protocol):
 
     async def routed_get(self, session: str, call_id: str) -> RoutedCall | None: ...
 
+    async def routed_take(self, session: str, call_id: str) -> RoutedCall | None:
+        """`routed_get`, and forget the call (atomic): a failure is attributed once, even when the
+        client sends the same request again."""
+
     # -- shadow samples (router/store/samples.py) -------------------------------------------------
     async def samples_put(self, sample: Sample) -> None:
         """Keep a sample (a re-put id replaces it); the newest `max_samples_per_route` per route,

@@ -102,6 +102,10 @@ class Sessions:
         s = self._get(session)
         return None if s is None else s.routed.get(call_id)
 
+    async def routed_take(self, session: str, call_id: str) -> RoutedCall | None:
+        s = self._get(session)
+        return None if s is None else s.routed.pop(call_id, None)
+
 
 class MemoryStore(Sessions):
     backend = "memory"

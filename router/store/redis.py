@@ -350,6 +350,20 @@ class RedisStore(BufferedStore):
 
         return await self._call("routed_get", get)
 
+    async def routed_take(self, session: str, call_id: str) -> RoutedCall | None:
+        async def take() -> RoutedCall | None:
+            key = f"{self.prefix}r:{session}"
+            async with self._redis.pipeline(transaction=True) as tx:  # MULTI: read and delete as one
+                tx.hget(key, call_id)
+                tx.hdel(key, call_id)
+                raw, _ = await tx.execute()
+            if raw is None:
+                return None
+            tier, route, tool, arguments = json.loads(raw)
+            return RoutedCall(call_id, tier, route, tool, arguments)
+
+        return await self._call("routed_take", take)
+
     # -- shadow samples (router/store/samples.py) -----------------------------------------------
 
     async def samples_put(self, sample: Sample) -> None:

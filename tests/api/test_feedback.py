@@ -180,3 +180,13 @@ async def test_forced_tier_does_not_use_up_a_sticky_call(start_fake_, proxy_, sd
         agent.answer(answer, "Sunny", arguments=f'{{"city": "{city}"}}')
     assert tiers == ["full", "full", "fast"]  # both sticky calls were still there
     assert (await agent_errors(proxy))[0] == {"fast": 1, "full": 0}
+
+
+async def test_a_resent_request_reports_its_failure_once(start_fake_, proxy_, sdk) -> None:
+    proxy = await start(start_fake_, proxy_)
+    agent = Agent(sdk(proxy.url), "retrying-client")
+    _, _, first = await agent.ask()
+    agent.answer(first, "Error: timeout talking to the weather service")
+    for _ in range(3):  # the client retries the same request (a lost response, a restart)
+        await agent.ask()
+    assert await agent_errors(proxy) == ({"fast": 1, "full": 0}, {"get_weather": 1})

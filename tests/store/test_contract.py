@@ -172,6 +172,20 @@ async def test_routed_put_get(make_store: StoreFactory) -> None:
     assert await store.routed_get("s", "call_1") == c1b
 
 
+async def test_routed_take_forgets_the_call(make_store: StoreFactory) -> None:
+    store = await make_store()
+    c1 = RoutedCall("call_1", "fast", "simple", "read_file", "{}")
+    c2 = RoutedCall("call_2", "fast", "simple", "read_file", "{}")
+    await store.routed_put("s", [c1, c2])
+    assert await store.routed_take("s", "call_1") == c1
+    assert await store.routed_take("s", "call_1") is None  # once only
+    assert await store.routed_get("s", "call_1") is None
+    assert await store.routed_get("s", "call_2") == c2
+    assert await store.routed_take("nobody", "call_2") is None
+    await store.routed_put("s", [RoutedCall("call_3", "full", "default", "x", "{}")])  # the session goes on
+    assert {c.call_id for c in [c1, c2] if await store.routed_get("s", c.call_id)} == {"call_2"}
+
+
 @pytest.mark.parametrize("limit", [8, 256])
 async def test_routed_calls_are_bounded_per_session(make_store: StoreFactory, limit: int) -> None:
     store = await make_store(max_routed_per_session=limit)
