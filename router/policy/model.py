@@ -57,6 +57,9 @@ class Tier(Strict):
     timeouts: Timeouts = Timeouts()
     max_connections: int = Field(64, ge=1, description="pool size of this tier's keep-alive connections")
     warm_connections: int = Field(2, ge=0, description="connections opened at start-up")
+    keep_warm: float = Field(
+        30.0, ge=0, description="seconds idle after which warm_connections are used again (0 = never)"
+    )
     params: dict[str, Any] = Field(
         default_factory=dict, description="body fields set on every request to this tier (e.g. temperature)"
     )

@@ -1,4 +1,5 @@
-"""Upstream tiers: build one client per tier, keep them across policy reloads when unchanged."""
+"""Upstream tiers: build one client per tier, keep them across policy reloads when unchanged, and
+keep their connections warm while idle (`keep_warm` on pooled tiers)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class Upstreams:
         self._configs: dict[str, Tier] = {}
         self._retired: list[Upstream] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._keepers: dict[str, asyncio.Task[None]] = {}  # tier → its keep-warm loop
 
     def __getitem__(self, tier: str) -> Upstream:
         return self._clients[tier]
@@ -50,8 +52,13 @@ class Upstreams:
         for name in stale:
             self._clients.pop(name)
             self._configs.pop(name)
+            if (keeper := self._keepers.pop(name, None)) is not None:
+                keeper.cancel()
         self._clients.update(started)
         self._configs.update(fresh)
+        for name, client in started.items():
+            if self._warm and (keep_warm := getattr(client, "keep_warm", None)) is not None:
+                self._keepers[name] = asyncio.create_task(keep_warm())
         # in-flight calls still hold the old clients; close them after a grace period
         if old:
             self._retired.extend(old)
@@ -66,8 +73,9 @@ class Upstreams:
             await c.close()
 
     async def close(self) -> None:
-        for task in self._tasks:
+        for task in [*self._tasks, *self._keepers.values()]:
             task.cancel()
+        self._keepers.clear()
         clients = [*self._clients.values(), *self._retired]
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
         self._retired.clear()

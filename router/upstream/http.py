@@ -38,6 +38,7 @@ class PooledHTTP:
         self._secrets = (key,) if key else ()
         self._headers: dict[str, str] = {"content-type": "application/json"}
         self._session: aiohttp.ClientSession | None = None
+        self.last_used = 0.0  # event-loop time of the last call (or warm-up)
 
     async def start(self, warm: bool = True) -> None:
         connector = aiohttp.TCPConnector(
@@ -62,10 +63,24 @@ class PooledHTTP:
             except (aiohttp.ClientError, TimeoutError, ValueError):
                 return False
 
+        self.last_used = asyncio.get_running_loop().time()
         ok = sum(await asyncio.gather(*(one() for _ in range(self.config.warm_connections))))
         if not ok:
-            log.warning("tier %s: no answer from its server at start-up; will retry on first call", self.tier)
+            log.warning("tier %s: no answer from its server to a warm-up; will retry on the next call", self.tier)
         return ok
+
+    async def keep_warm(self) -> None:
+        """Use the warm connections again whenever the tier has been idle for `keep_warm` seconds:
+        servers (and aiohttp, after 75 s) close idle keep-alive connections, and the next call would
+        pay TCP (and TLS) set-up again. Runs until cancelled."""
+        every = self.config.keep_warm
+        if every <= 0 or self.config.warm_connections <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(0.0, self.last_used + every - loop.time()))
+            if loop.time() - self.last_used >= every:
+                await self.warm()
 
     async def close(self) -> None:
         if self._session is not None:
@@ -78,6 +93,7 @@ class PooledHTTP:
         """POST and read a whole JSON object: (raw body, parsed). `first_token` bounds the wait for
         the headers; every failure is an `UpstreamError` without secrets."""
         assert self._session is not None, "start() first"
+        self.last_used = asyncio.get_running_loop().time()
         try:
             async with asyncio.timeout(self.config.timeouts.first_token):
                 resp = await self._session.post(url, data=data, headers=headers, timeout=self._timeout(deadline))
@@ -102,6 +118,7 @@ class PooledHTTP:
         `[DONE]` or the end. `first_token` bounds the wait for the first event; failures are
         `UpstreamError`s; closing the iterator closes the connection."""
         assert self._session is not None, "start() first"
+        self.last_used = asyncio.get_running_loop().time()
         resp: aiohttp.ClientResponse | None = None
         try:
             async with asyncio.timeout(self.config.timeouts.first_token):

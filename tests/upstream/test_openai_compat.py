@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import aiohttp
+import openai
 import orjson
 import pytest
 from aiohttp import web
@@ -159,3 +161,29 @@ def test_upstream_text_keeps_one_clean_line() -> None:
     text = "litellm.APIConnectionError: boom\nTraceback (most recent call last):\n  File x\nsk-abcdefghijklmnop"
     assert upstream_text(text) == "litellm.APIConnectionError: boom"
     assert upstream_text("key sk-abcdefghijklmnop bad", ("zzz",)) == "key [redacted] bad"
+
+
+async def test_idle_tiers_are_kept_warm_and_busy_ones_are_left_alone(start_fake_, proxy_) -> None:
+    fake = await start_fake_(FakeConfig(seed=3))
+    policy = policy_text(fake.url).replace("warm_connections: 1\n", "warm_connections: 1\n    keep_warm: 0.4\n", 1)
+    proxy = await proxy_(policy)
+
+    async def warm_ups() -> int:
+        async with aiohttp.ClientSession() as s, s.get(fake.url.removesuffix("/v1") + "/_fake/requests") as r:
+            log = await r.json()
+        return sum(1 for e in log if e["path"] == "/v1/models")
+
+    at_start = await warm_ups()
+    await asyncio.sleep(1.5)  # idle: about three keep-warm rounds of the fast tier
+    idle = await warm_ups() - at_start
+    assert idle >= 2, idle
+    before = await warm_ups()
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0)
+    async with client:
+        loop = asyncio.get_running_loop()
+        stop = loop.time() + 1.2
+        while loop.time() < stop:  # busy: a call to the fast tier every 50 ms
+            await client.chat.completions.create(model="fast", messages=[{"role": "user", "content": "hi"}])
+            await asyncio.sleep(0.05)
+    # the full tier (30 s default) never re-warms in this time, and the busy fast tier did not either
+    assert await warm_ups() - before <= 1
