@@ -5,7 +5,7 @@
 #   FAST_PORT=8081 FULL_PORT=8082 bench/eval_gemma.sh [config ...]     # default: every config
 #
 # Start the servers first, e.g. `agent-router up` (then stop its proxy) or as tests/e2e/conftest.py
-# does (router.local.LlamaServer, n_ctx 2048). Results accumulate in bench/results/eval/ (eval.json,
+# does (router.llama.LlamaServer, n_ctx 2048). Results accumulate in bench/results/eval/ (eval.json,
 # eval.png); the markdown table is printed at the end.
 #
 # Every call is sent with temperature 0 (EVAL_ARGS overrides): llama-cpp-python 0.3.36 ignores

@@ -26,7 +26,7 @@ RUN pip install --no-cache-dir --no-index --find-links /wheels "llama-cpp-python
  && useradd --system --no-create-home llama
 COPY --from=build /models /models
 USER llama
-# The flags router/local.py uses (see its docstring); the port and threads come from `command`.
+# The flags router/llama.py uses (see its docstring); the port and threads come from `command`.
 ENTRYPOINT ["python", "-m", "llama_cpp.server", \
             "--model", "/models/gemma-3-270m-q4_k_m.gguf", "--model_alias", "gemma-3-270m", \
             "--host", "0.0.0.0", "--chat_format", "chatml-function-calling", "--n_ctx", "4096", \

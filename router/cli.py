@@ -169,7 +169,7 @@ def report(
 
 @app.command("eval")
 def eval_(
-    cases: Annotated[Path, typer.Argument(help="case file (JSONL; format in router/eval.py)")],
+    cases: Annotated[Path, typer.Argument(help="case file (JSONL; format in router/eval/cases.py)")],
     url: Annotated[str, typer.Option("--url", help="OpenAI base URL: the proxy's …/v1, or a tier's")] = (
         "http://127.0.0.1:8080/v1"
     ),

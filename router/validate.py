@@ -6,6 +6,8 @@ fast-tier answer. The validator owns two small LRU caches: compiled JSON Schemas
 schema's canonical JSON bytes) and compiled text rules (keyed by the offered tool names and the
 announce patterns). The module-level `check()` is a convenience for one-off use and tests; without
 a `validator=` argument it builds a throw-away `Validator`, so nothing is cached between calls.
+Calls written as text or only announced are found by router/text_calls.py; what counts as a
+mistake is decided here.
 
 Judgement calls (see also the tests):
 - `arguments` must be a JSON *string* holding an object. An empty/whitespace or absent string counts
@@ -27,7 +29,6 @@ Judgement calls (see also the tests):
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from collections import OrderedDict
@@ -41,6 +42,8 @@ from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator as _SchemaValidator
 from jsonschema.validators import validator_for
 from referencing import Registry
+
+from router.text_calls import DEFAULT_ANNOUNCE, TOOL_PLACEHOLDER, TextRules, build_rules
 
 INVALID_JSON: Final = "invalid_json"
 UNKNOWN_TOOL: Final = "unknown_tool"
@@ -58,19 +61,8 @@ KINDS: Final = (
 )
 
 _DETAIL_MAX: Final = 120
-_TOOL_PLACEHOLDER: Final = "<tool>"
-# Forward-looking announcements only ("After calling X, I found ..." must not match).
-_DEFAULT_ANNOUNCE: Final = (
-    r"\b(?:I['\u2019]ll|I will|I['\u2019]m going to|I am going to|I need to|I should|let me|let['\u2019]s)"
-    r"\s+(?:now\s+|first\s+|just\s+)?(?:call|use|invoke|run|execute|query|try)\b[^.!?\n]{0,40}?<tool>",
-    r"(?:^|[.!?:]\s+)(?:now\s+|next\s+)?(?:calling|invoking)\s+(?:the\s+)?[`'\"]?<tool>",
-)
-_ARG_KEYS: Final = ("arguments", "parameters", "args", "input")
-_NAME_KEYS: Final = ("name", "function", "tool", "tool_name")
-_JSON_SCAN_LIMIT: Final = 64  # '{' positions tried per answer, bounds the cost on brace-heavy code
 _FREEFORM: Final = object()  # a custom tool: free-text input, nothing to parse
 _MISS: Final = object()
-_DECODER: Final = json.JSONDecoder()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,29 +78,19 @@ class Mistake:
 class Checks:
     """Options (from the policy). `<tool>` in a pattern stands for any offered tool name."""
 
-    announced_call_patterns: tuple[str, ...] = _DEFAULT_ANNOUNCE
+    announced_call_patterns: tuple[str, ...] = DEFAULT_ANNOUNCE
     detect_text_tool_calls: bool = True
     detect_announced_calls: bool = True
 
     def __post_init__(self) -> None:
         for pattern in self.announced_call_patterns:  # a bad policy fails at load, not per call
             try:
-                re.compile(pattern.replace(_TOOL_PLACEHOLDER, "(?P<tool>x)"))
+                re.compile(pattern.replace(TOOL_PLACEHOLDER, "(?P<tool>x)"))
             except re.error as exc:
                 raise ValueError(f"announced_call_patterns: bad regex {pattern!r}: {exc}") from exc
 
 
 DEFAULT_CHECKS: Final = Checks()
-
-
-@dataclass(frozen=True, slots=True)
-class _Rules:
-    """Regexes for one set of offered tool names, compiled once."""
-
-    canonical: dict[str, str]  # lower-cased name -> name as offered
-    quoted: re.Pattern[str]  # "name" anywhere: cheap gate before JSON scanning
-    pythonic: re.Pattern[str]  # name(...) as the whole answer, or in a ```tool_code fence
-    announce: tuple[tuple[re.Pattern[str], bool], ...]  # (pattern, mentions <tool>)
 
 
 def _short(text: str) -> str:
@@ -168,46 +150,6 @@ def _tool_choice(choice: Any) -> tuple[bool, bool, str]:
     return False, False, ""
 
 
-def _leaked_names(obj: Any, names: Mapping[str, Any], out: list[str], depth: int = 0) -> None:
-    """Collect the offered tools that a decoded JSON value calls, in any common call shape."""
-    if depth > 3:
-        return
-    if isinstance(obj, list):
-        for item in obj[:16]:
-            _leaked_names(item, names, out, depth + 1)
-        return
-    if not isinstance(obj, dict):
-        return
-    calls = obj.get("tool_calls")
-    if isinstance(calls, list):
-        _leaked_names(calls, names, out, depth + 1)
-    fn = obj.get("function")
-    if isinstance(fn, dict):
-        _leaked_names(fn, names, out, depth + 1)
-    if any(key in obj for key in _ARG_KEYS):
-        for key in _NAME_KEYS:
-            value = obj.get(key)
-            if isinstance(value, str) and value in names:
-                out.append(value)
-                return
-
-
-def _json_text_calls(text: str, names: Mapping[str, Any]) -> list[str]:
-    out: list[str] = []
-    start = text.find("{")
-    tries = 0
-    while start != -1 and tries < _JSON_SCAN_LIMIT:
-        tries += 1
-        try:
-            value, end = _DECODER.raw_decode(text, start)
-        except ValueError:
-            start = text.find("{", start + 1)
-            continue
-        _leaked_names(value, names, out)
-        start = text.find("{", end)
-    return out
-
-
 class Validator:
     """Checks answers; owns the compiled-schema and text-rule caches. Hold one per app."""
 
@@ -217,7 +159,7 @@ class Validator:
         self._max_schemas = max_schemas
         self._max_rules = max_rules
         self._schemas: OrderedDict[bytes, _SchemaValidator | None] = OrderedDict()
-        self._rules: OrderedDict[tuple[frozenset[str], tuple[str, ...]], _Rules] = OrderedDict()
+        self._rules: OrderedDict[tuple[frozenset[str], tuple[str, ...]], TextRules] = OrderedDict()
         self.compiled = 0  # schema compilations (cache misses), including schemas found invalid
         self.hits = 0  # schema cache hits
 
@@ -261,29 +203,20 @@ class Validator:
             return mistakes
 
         rules = self._text_rules(tools, checks)
-        lowered = text.lower()  # gate: every named rule needs an offered name somewhere in the text
-        mentioned = any(name in lowered for name in rules.canonical)
-        leaked: list[str] = []
-        if checks.detect_text_tool_calls and mentioned:
-            if rules.quoted.search(text):
-                leaked = list(dict.fromkeys(_json_text_calls(text, tools)))
-            if not leaked and "(" in text and (m := rules.pythonic.search(text)):
-                leaked = [rules.canonical.get(m.group("tool").lower(), m.group("tool"))]
-            for name in leaked:
-                mistakes.append(Mistake(TEXT_TOOL_CALL, name, "tool call written as text content"))
+        mentioned = rules.mentioned(text)
+        leaked = rules.written_calls(text, tools) if checks.detect_text_tool_calls and mentioned else []
+        for name in leaked:
+            mistakes.append(Mistake(TEXT_TOOL_CALL, name, "tool call written as text content"))
         if required:
             if not leaked or (named and named not in leaked):
                 why = f"tool_choice names {named}" if named else "tool_choice is required"
                 mistakes.append(Mistake(MISSING_TOOL_CALL, named, why + " but no tool call was made"))
         elif not leaked:
-            if checks.detect_announced_calls:
-                for pattern, needs_name in rules.announce:
-                    if (mentioned or not needs_name) and (m := pattern.search(text)):
-                        tool = m.groupdict().get("tool") or ""
-                        tool = rules.canonical.get(tool.lower(), tool)
-                        detail = f"text announces a call but none was made: {m.group(0)!r}"
-                        mistakes.append(Mistake(MISSING_TOOL_CALL, tool, _short(detail)))
-                        return mistakes
+            if checks.detect_announced_calls and (found := rules.announced(text, mentioned)):
+                tool, words = found
+                detail = f"text announces a call but none was made: {words!r}"
+                mistakes.append(Mistake(MISSING_TOOL_CALL, tool, _short(detail)))
+                return mistakes
             if finish_reason == "tool_calls":
                 mistakes.append(Mistake(MISSING_TOOL_CALL, "", "finish_reason is tool_calls but no tool_calls"))
         return mistakes
@@ -369,13 +302,13 @@ class Validator:
             self._schemas.popitem(last=False)
         return validator
 
-    def _text_rules(self, tools: Mapping[str, Any], checks: Checks) -> _Rules:
+    def _text_rules(self, tools: Mapping[str, Any], checks: Checks) -> TextRules:
         key = (frozenset(tools), checks.announced_call_patterns)
         rules = self._rules.get(key)
         if rules is not None:
             self._rules.move_to_end(key)
             return rules
-        rules = _build_rules(key[0], checks.announced_call_patterns)
+        rules = build_rules(key[0], checks.announced_call_patterns)
         self._rules[key] = rules
         if len(self._rules) > self._max_rules:
             self._rules.popitem(last=False)
@@ -395,29 +328,6 @@ def _compile(schema: Any) -> _SchemaValidator | None:
         return validator
     except Exception:  # SchemaError, unhashable $schema, ...: a client's bad schema is not our crash
         return None
-
-
-def _build_rules(names: frozenset[str], patterns: tuple[str, ...]) -> _Rules:
-    alternation = "|".join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
-    tool = rf"(?<![\w.-])(?P<tool>{alternation})(?![\w-])"
-    return _Rules(
-        canonical={n.lower(): n for n in names},
-        quoted=re.compile(rf'"(?:{alternation})"'),
-        pythonic=re.compile(_pythonic_pattern(tool), re.S),
-        announce=tuple(
-            (re.compile(p.replace(_TOOL_PLACEHOLDER, tool), re.I | re.M), _TOOL_PLACEHOLDER in p) for p in patterns
-        ),
-    )
-
-
-def _pythonic_pattern(tool: str) -> str:
-    # `name(...)` as the whole answer (optionally in [...]), or opening a ```tool_code fence (Gemma).
-    # Python forbids a group name twice, so both alternatives share the one `tool` group.
-    return (
-        r"(?:\A\s*\[?\s*(?=.*\)\s*\]?\s*\Z)"
-        r"|```[ \t]*(?:tool_code|tool_call|function_call)[ \t]*\n\s*(?:print\(\s*)?)"
-        rf"{tool}\s*\("
-    )
 
 
 def check(

@@ -1,5 +1,5 @@
-"""router/local.py without llama.cpp: child processes (ready, failed, stubborn, process groups),
-the model cache, and `run_local`'s refusals. Real processes, nothing mocked."""
+"""router/local.py and router/llama.py without llama.cpp: child processes (ready, failed, stubborn,
+process groups), the model cache, and `run_local`'s refusals. Real processes, nothing mocked."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The end-to-end suite's servers: real llama.cpp Gemma 3 270M, nothing mocked.
 
-    llama         session: the fast and full llama-cpp-python servers (router/local.py's
+    llama         session: the fast and full llama-cpp-python servers (router/llama.py's
                   LlamaServer), started once on free ports — loading the model takes seconds
     local_proxy   a real proxy (tests/conftest.py's `proxy_`) running policies/local.yaml against
                   them, with an in-memory store

@@ -57,7 +57,9 @@ async def claude(local_proxy: Proxy) -> AsyncIterator[anthropic.AsyncAnthropic]:
 
 async def test_text_message(claude: anthropic.AsyncAnthropic) -> None:
     raw = await claude.messages.with_raw_response.create(
-        model="claude-opus-4-6", max_tokens=24, messages=[{"role": "user", "content": "One sentence about the sea."}]
+        model="claude-opus-4-6",
+        max_tokens=24,
+        messages=[{"role": "user", "content": "Write one sentence about the sea."}],
     )
     assert (raw.headers["x-router-tier"], raw.headers["x-router-route"]) == ("full", "default")
     message = await raw.parse()
