@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from router.errors import RouterError
-from router.messages.translate import new_tool_id, stop_reason
+from router.messages.translate import new_tool_id, stop_reason, usage_of
 from router.upstream.base import Chunk
 
 Event = dict[str, Any]
@@ -54,8 +54,7 @@ class MessageEvents:
             return out + self._native_event(chunk.native)
         data = chunk.data
         if isinstance(data.get("usage"), dict):
-            self.usage["input_tokens"] = int(data["usage"].get("prompt_tokens") or 0)
-            self.usage["output_tokens"] = int(data["usage"].get("completion_tokens") or 0)
+            self.usage.update(usage_of(data["usage"]))
         choices = data.get("choices")
         if not choices:
             return out

@@ -166,20 +166,23 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _tool_choice(choice: Any, body: dict[str, Any]) -> None:
+def _tool_choice(choice: Any) -> dict[str, Any]:
+    """The chat fields of a Messages `tool_choice`."""
     if not isinstance(choice, dict):
         raise _bad("'tool_choice' must be an object with a 'type'.", "tool_choice")
     kind = choice.get("type")
+    out: dict[str, Any] = {}
     if kind == "tool":
         if not isinstance(choice.get("name"), str):
             raise _bad("'tool_choice' of type \"tool\" needs a 'name'.", "tool_choice.name")
-        body["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+        out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
     elif kind in ("auto", "any", "none"):
-        body["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[kind]
+        out["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[kind]
     else:
         raise _bad("'tool_choice.type' must be one of auto, any, tool, none.", "tool_choice.type")
     if choice.get("disable_parallel_tool_use") is True:
-        body["parallel_tool_calls"] = False
+        out["parallel_tool_calls"] = False
+    return out
 
 
 def chat_body(request: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
@@ -191,12 +194,12 @@ def chat_body(request: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str
     body.update({k: request[k] for k in _COPIED if k in request})
     if isinstance(stop := request.get("stop_sequences"), list) and stop:
         body["stop"] = stop
-    if request.get("tools"):
-        body["tools"] = _tools(request["tools"])
-        if not body["tools"]:
-            del body["tools"]
-    if request.get("tool_choice") is not None and body.get("tools"):
-        _tool_choice(request["tool_choice"], body)
+    if request.get("tools") is not None and (tools := _tools(request["tools"])):
+        body["tools"] = tools
+    if request.get("tool_choice") is not None:
+        choice = _tool_choice(request["tool_choice"])  # checked even when no tool reaches a chat tier
+        if body.get("tools"):
+            body.update(choice)
     if isinstance(metadata := request.get("metadata"), dict) and isinstance(user := metadata.get("user_id"), str):
         body["user"] = user
     if request.get("stream") is True:
@@ -229,11 +232,16 @@ def new_tool_id() -> str:
     return "toolu_" + secrets.token_hex(12)
 
 
+def _tokens(count: Any) -> int:
+    """A token count as a tier reported it; what is not a count (text, a list, ...) is 0."""
+    return int(count) if isinstance(count, int | float) and 0 <= count < 2**63 else 0
+
+
 def usage_of(usage: Any) -> dict[str, int]:
     usage = usage if isinstance(usage, dict) else {}
     return {
-        "input_tokens": int(usage.get("prompt_tokens") or 0),
-        "output_tokens": int(usage.get("completion_tokens") or 0),
+        "input_tokens": _tokens(usage.get("prompt_tokens")),
+        "output_tokens": _tokens(usage.get("completion_tokens")),
     }
 
 

@@ -65,7 +65,7 @@ class AnthropicUpstream(PooledHTTP):
     async def complete_native(self, native: Native, deadline: float) -> Reply:
         data, headers = self._request(native, False)
         raw, message = await self.post_json(self.url, data, deadline, headers)
-        if not isinstance(message.get("content"), list):
+        if _malformed(message, _MESSAGE_FIELDS) or not isinstance(message.get("content"), list):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed message", tier=self.tier)
         return Reply(_completion(message), raw, native=message)
 
@@ -76,6 +76,18 @@ class AnthropicUpstream(PooledHTTP):
             chunk = view.chunk(raw)
             chunk.more = more
             yield chunk
+
+
+# Fields the checks and the stream's framing (router/messages/events.py) read, and their types: an
+# answer or an event with anything else there is malformed (the tier failed), not something to guess at.
+_MESSAGE_FIELDS: dict[str, type | tuple[type, ...]] = {"content": list, "usage": dict, "stop_reason": (str, type(None))}
+_EVENT_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "message": dict, "content_block": dict, "delta": dict, "usage": dict, "error": dict, "index": int,
+}  # fmt: skip
+
+
+def _malformed(data: Any, fields: dict[str, type | tuple[type, ...]]) -> bool:
+    return not isinstance(data, dict) or any(k in data and not isinstance(data[k], t) for k, t in fields.items())
 
 
 def _completion(message: dict[str, Any]) -> dict[str, Any]:
@@ -111,6 +123,13 @@ class ChatView:
             raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event", tier=self.tier) from None
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
             raise UpstreamError(f"tier {self.tier!r} sent an SSE event without a type", tier=self.tier)
+        if (
+            _malformed(event, _EVENT_FIELDS)
+            or ("message" in event and _malformed(event["message"], _MESSAGE_FIELDS))
+            or ("delta" in event and _malformed(event["delta"], {"stop_reason": (str, type(None))}))
+        ):
+            kind = upstream_text(event["type"], self.secrets, limit=40)
+            raise UpstreamError(f"tier {self.tier!r} sent a malformed {kind!r} event", tier=self.tier)
         if event["type"] == "error":
             message = upstream_text(str((event.get("error") or {}).get("message", "")), self.secrets)
             raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)

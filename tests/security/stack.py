@@ -6,6 +6,8 @@ stack over real sockets with synchronous clients, so one proxy serves every exam
     with Stack(settings={...}) as stack:
         stack.base                     http://127.0.0.1:PORT (the proxy)
         stack.call(coro_fn)            run `await coro_fn(router)` on the stack's loop (e.g. read inflight)
+
+`Stack(policy=fn)`: the policy is `fn(fast_url, full_url)` instead of `policy_text` with `extra`.
 """
 
 from __future__ import annotations
@@ -39,10 +41,12 @@ class Stack:
         full: FakeConfig | None = None,
         extra: str = ESCALATE,
         settings: dict[str, Any] | None = None,
+        policy: Callable[[str, str], str] | None = None,
     ) -> None:
         self.fast_config = fast or FakeConfig(seed=1, bad_tool_rate=0.3)
         self.full_config = full or FakeConfig(seed=2)
         self.extra = extra
+        self.policy = policy  # (fast URL, full URL) → the policy's YAML; default: policy_text with `extra`
         self.settings = {"reload_policy": False, **(settings or {})}
         self.base = ""
         self.url = ""
@@ -103,7 +107,8 @@ class Stack:
         full: FakeServer = await start_fake(self.full_config)
         self.fast_url, self.full_url = fast.url, full.url
         path = Path(self._dir.name) / "policy.yaml"
-        path.write_text(policy_text(fast.url, full.url, extra=self.extra))
+        text = self.policy(fast.url, full.url) if self.policy else policy_text(fast.url, full.url, extra=self.extra)
+        path.write_text(text)
         app = create_app(Settings(policy=path, **self.settings))
         self.app, self.router = app, app.state.router
         sock = free_socket()

@@ -1,11 +1,12 @@
 """schemathesis against a live proxy, from the test-only OpenAPI description in `openapi.yaml`.
 
 The proxy serves no OpenAPI document, so `tests/security/openapi.yaml` describes its HTTP surface
-(chat completions, Responses, models, stats, series, health) with request bodies typed only as far
-as the proxy checks them. schemathesis generates positive examples (valid per the description: the
-proxy must answer without a 5xx, in a listed status and content type, matching the response schema)
-and negative ones (invalid per the description: the proxy must refuse them with a 4xx). Every 4xx
-must be the OpenAI error shape. One proxy, in front of two fake upstreams, serves every example.
+(chat completions, Responses, Messages and count_tokens, models, stats, series, health) with request
+bodies typed only as far as the proxy checks them. schemathesis generates positive examples (valid
+per the description: the proxy must answer without a 5xx, in a listed status and content type,
+matching the response schema) and negative ones (invalid per the description: the proxy must refuse
+them with a 4xx). Every 4xx must be the OpenAI error shape (Anthropic's on the Messages routes). One
+proxy, in front of two fake upstreams, serves every example.
 """
 
 from __future__ import annotations
@@ -53,17 +54,23 @@ def stack() -> Iterator[Stack]:
 # writes `node._nodeid`, which pytest 9 no longer has. Its Python API, `as_strategy`, is used instead.)
 SCHEMA = schemathesis.openapi.from_path(OPENAPI)
 SCHEMA.config.update(request_timeout=20)
-EXAMPLES = {GenerationMode.POSITIVE: 150, GenerationMode.NEGATIVE: 150}
+EXAMPLES = {GenerationMode.POSITIVE: 200, GenerationMode.NEGATIVE: 150}  # 8 operations, 6 taking input
 
 
-def openai_error_shape(response: Any) -> None:
-    """Every 4xx: `{"error": {"message", "type", "param", "code"}}` with a message, never the catch-all."""
+def error_shape(response: Any, path: str) -> None:
+    """Every 4xx: the OpenAI shape `{"error": {"message", "type", "param", "code"}}`, or on the Messages
+    routes Anthropic's `{"type": "error", "error": {"type", "message"}}`; with a message, never the
+    catch-all."""
     if not 400 <= response.status_code < 500:
         return
     ctype = response.headers.get("content-type", [""])
     assert (ctype[0] if isinstance(ctype, list) else ctype).startswith("application/json"), response.headers
     body = orjson.loads(response.content)
-    assert set(body) == {"error"} and set(body["error"]) == ERROR_KEYS, body
+    if path.startswith("/v1/messages"):
+        assert set(body) == {"type", "error"} and body["type"] == "error", body
+        assert set(body["error"]) == {"type", "message"}, body
+    else:
+        assert set(body) == {"error"} and set(body["error"]) == ERROR_KEYS, body
     assert isinstance(body["error"]["message"], str) and body["error"]["message"], body
     assert "unexpectedly" not in body["error"]["message"], body
 
@@ -88,14 +95,19 @@ def test_openapi(stack: Stack, mode: GenerationMode) -> None:
         lenient = any(isinstance(v, list) or not str(v).isascii() for v in values)
         checks = [c for c in CHECKS if c is not negative_data_rejection] if lenient else CHECKS
         response = case.call_and_validate(base_url=stack.base, checks=checks)
-        openai_error_shape(response)
+        error_shape(response, case.path)
         key = f"{case.method} {case.path} {response.status_code}"
         seen[key] = seen.get(key, 0) + 1
 
     run()
     operations = {key.rsplit(" ", 1)[0] for key in seen}
     # every operation was exercised (health and models take no input: nothing negative to send them)
-    assert len(operations) == (6 if mode is GenerationMode.POSITIVE else 4), seen
+    paths = yaml.safe_load(OPENAPI.read_text())["paths"]
+    expected = {f"{method.upper()} {path}" for path, methods in paths.items() for method in methods}
+    if mode is GenerationMode.NEGATIVE:
+        expected -= {"GET /healthz", "GET /v1/models"}
+    assert len(expected) == (8 if mode is GenerationMode.POSITIVE else 6)
+    assert operations == expected, (sorted(expected - operations), seen)
     print(mode, dict(sorted(seen.items())))
 
 

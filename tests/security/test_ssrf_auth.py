@@ -1,18 +1,21 @@
 """SSRF, client auth and secrets on every transport.
 
 - Fields that would choose an upstream or a key (`api_base`, `base_url`, `api_key`, `api_version`,
-  `custom_llm_provider`, `extra_headers`) are refused with a 400 naming the field, on chat and
-  Responses, JSON and SSE, and in a WebSocket `response.create`; no upstream sees anything.
+  `custom_llm_provider`, `extra_headers`) are refused with a 400 naming the field, on chat,
+  Responses and Messages (and count_tokens), JSON and SSE, and in a WebSocket `response.create`; no
+  upstream sees anything.
 - A tier served through litellm takes only the OpenAI request fields from a client: nothing a client
   sends becomes one of litellm's own arguments (an endpoint, credentials, headers, a mock answer).
   Regression: a bedrock tier's SigV4-signed request, with the router's AWS key id, went to whatever
   `aws_bedrock_runtime_endpoint` a client put in its body.
 - With client keys configured, every route of the app except `/healthz` and `/metrics` — enumerated
-  from the app itself, so a new route cannot slip through — answers 401 (OpenAI error shape) without
-  a key or with a wrong one, on every method, and the WebSocket upgrade is refused with 401.
+  from the app itself, so a new route cannot slip through — answers 401 without a key or with a wrong
+  one, on every method (OpenAI's error shape; Anthropic's on the Messages routes, whose SDK sends the
+  key as `x-api-key`), and the WebSocket upgrade is refused with 401.
 - A canary upstream key (and the password of a key-bearing URL an upstream echoes) never appears in
   a Responses JSON body, SSE frame or WebSocket event, on the happy path or when the upstream fails
-  (extends tests/security/test_redaction.py, which covers chat, admin endpoints and logs).
+  (extends tests/security/test_redaction.py, which covers chat, admin endpoints and logs; the
+  Messages transport, native `anthropic/*` tiers included: test_messages_upstream.py).
 """
 
 from __future__ import annotations
@@ -79,8 +82,24 @@ async def test_fields_that_choose_an_upstream_are_refused_on_every_transport(sta
             assert "169.254" not in err["message"]
     [event] = await ws_turn(proxy, {"type": "response.create", **resp})
     assert (event["type"], event["status"], event["code"], event["param"]) == ("error", 400, "forbidden_field", field)
+    message = {"model": "auto", "max_tokens": 8, "messages": USER, field: value}
+    for path, stream in (("/v1/messages", False), ("/v1/messages", True), ("/v1/messages/count_tokens", False)):
+        raw = await post(proxy.base + path, {**message, "stream": stream})
+        err = anthropic_error(raw, 400, "invalid_request_error")
+        assert repr(field) in err["message"] and "169.254" not in err["message"], (path, stream, err)
     # nothing reached an upstream (the fakes' logs hold only the warm-up GETs)
     assert await fake_requests(fast.url) == [] and await fake_requests(full.url) == []
+
+
+def anthropic_error(raw: Raw, status: int, type_: str) -> dict[str, Any]:
+    """The Messages routes' errors: Anthropic's shape `{"type": "error", "error": {"type", "message"}}`."""
+    assert raw.status == status, (raw.status, raw.body)
+    assert raw.headers["content-type"].startswith("application/json")
+    body = raw.json()
+    assert body["type"] == "error" and set(body) == {"type", "error"}, body
+    assert set(body["error"]) == {"type", "message"} and body["error"]["type"] == type_, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"], body
+    return body["error"]  # type: ignore[no-any-return]
 
 
 # ------------------------------------------------------------------------------ litellm tiers
@@ -193,9 +212,18 @@ def app_routes(proxy: Proxy) -> tuple[list[tuple[str, str]], list[str]]:
     app = create_app(Settings(policy=proxy.policy_path, reload_policy=False))
     http = [(m, r.path) for r in app.routes if isinstance(r, Route) for m in sorted(r.methods or ())]
     ws = [r.path for r in app.routes if isinstance(r, WebSocketRoute)]
-    assert {p for _, p in http} >= {"/v1/chat/completions", "/v1/responses", "/v1/models", "/v1/router/stats"}
+    assert {p for _, p in http} >= {
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/models",
+        "/v1/router/stats",
+        *MESSAGES,
+    }
     assert ws, "the WebSocket mode has a route"
     return http, ws
+
+
+MESSAGES = {"/v1/messages", "/v1/messages/count_tokens"}  # Anthropic's API: its error shape
 
 
 def body_for(path: str) -> Any:
@@ -203,6 +231,8 @@ def body_for(path: str) -> Any:
         return {"model": "auto", "messages": USER}
     if path.endswith("responses"):
         return {"model": "auto", "input": "hi"}
+    if path in MESSAGES:
+        return {"model": "auto", "max_tokens": 8, "messages": USER}
     return None
 
 
@@ -236,10 +266,16 @@ async def test_every_route_but_health_and_metrics_needs_a_client_key(start_fake_
         for headers in wrong:
             raw = await request(method, proxy.base + path, headers, body_for(path))
             assert raw.status == 401, (method, path, headers, raw.status)
-            if method != "HEAD":
+            if path in MESSAGES:
+                err = anthropic_error(raw, 401, "authentication_error")
+                assert CLIENT_KEY not in err["message"]
+            elif method != "HEAD":
                 err = assert_error_body(raw, 401, type_="authentication_error", code="invalid_api_key")
                 assert CLIENT_KEY not in err["message"]
-        for headers in ({"authorization": f"Bearer {CLIENT_KEY}"}, {"x-api-key": CLIENT_KEY}):
+        for headers in (
+            {"authorization": f"Bearer {CLIENT_KEY}"},
+            {"x-api-key": CLIENT_KEY},
+        ):  # x-api-key: Anthropic's SDK
             raw = await request(method, proxy.base + path, headers, body_for(path))
             assert raw.status == 200, (method, path, raw.status, raw.body[:200])
     for method, path in http:
@@ -261,8 +297,9 @@ async def test_every_route_but_health_and_metrics_needs_a_client_key(start_fake_
                 if event["type"] in TERMINAL:
                     break
             assert event["type"] == "response.completed", event
-    # the refused calls never reached the upstream: one chat call per authorized POST, one per WS turn
-    posts = sum(1 for m, p in guarded if m == "POST") * 2 + len(ws)
+    # the refused calls never reached the upstream: one chat call per authorized POST (count_tokens calls
+    # no model), one per WS turn
+    posts = sum(1 for m, p in guarded if m == "POST" and not p.endswith("count_tokens")) * 2 + len(ws)
     assert len(await fake_requests(fake.url)) == posts
     metrics = (await get(proxy.base + "/metrics")).body.decode()
     assert 'router_refused_total{reason="unauthorized"}' in metrics
