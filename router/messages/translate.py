@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from router.errors import BadRequest
+from router.upstream.base import token_count
 
 _STOP_REASONS = {
     "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
@@ -232,16 +233,11 @@ def new_tool_id() -> str:
     return "toolu_" + secrets.token_hex(12)
 
 
-def _tokens(count: Any) -> int:
-    """A token count as a tier reported it; what is not a count (text, a list, ...) is 0."""
-    return int(count) if isinstance(count, int | float) and 0 <= count < 2**63 else 0
-
-
 def usage_of(usage: Any) -> dict[str, int]:
     usage = usage if isinstance(usage, dict) else {}
     return {
-        "input_tokens": _tokens(usage.get("prompt_tokens")),
-        "output_tokens": _tokens(usage.get("completion_tokens")),
+        "input_tokens": token_count(usage.get("prompt_tokens")),
+        "output_tokens": token_count(usage.get("completion_tokens")),
     }
 
 

@@ -21,7 +21,7 @@ import orjson
 
 from router.errors import UpstreamError, upstream_text
 from router.responses.translate import items_of
-from router.upstream.base import Chunk
+from router.upstream.base import Chunk, token_count
 
 _ROUTER_FIELDS = ("previous_response_id", "type", "generate")  # resolved or used by the router itself
 
@@ -40,8 +40,8 @@ def _usage(usage: Any) -> dict[str, int] | None:
     if not isinstance(usage, dict):
         return None
     return {
-        "prompt_tokens": int(usage.get("input_tokens") or 0),
-        "completion_tokens": int(usage.get("output_tokens") or 0),
+        "prompt_tokens": token_count(usage.get("input_tokens")),
+        "completion_tokens": token_count(usage.get("output_tokens")),
     }
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from router.call import FORBIDDEN_FIELDS
 from router.errors import BadRequest, ForbiddenField
+from router.upstream.base import token_count
 
 # Responses fields about the service, not the model: never sent upstream.
 _DROPPED = frozenset(
@@ -333,14 +334,14 @@ def response_object(
 def responses_usage(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if not usage:
         return None
-    prompt = int(usage.get("prompt_tokens") or 0)
-    completion = int(usage.get("completion_tokens") or 0)
-    cached = int(((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0)
-    reasoning = int(((usage.get("completion_tokens_details") or {}).get("reasoning_tokens")) or 0)
+    prompt, completion = token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens"))
+    prompt_details, completion_details = usage.get("prompt_tokens_details"), usage.get("completion_tokens_details")
+    cached = token_count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
+    reasoning = token_count(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else 0
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": cached},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": int(usage.get("total_tokens") or prompt + completion),
+        "total_tokens": token_count(usage.get("total_tokens")) or prompt + completion,
     }

@@ -64,18 +64,16 @@ class AnthropicUpstream(PooledHTTP):
 
     async def complete_native(self, native: Native, deadline: float) -> Reply:
         data, headers = self._request(native, False)
-        raw, message = await self.post_json(self.url, data, deadline, headers)
+        return await self.post_json(self.url, data, deadline, self._message, headers)
+
+    def _message(self, raw: bytes, message: dict[str, Any]) -> Reply:
         if _malformed(message, _MESSAGE_FIELDS) or not isinstance(message.get("content"), list):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed message", tier=self.tier)
         return Reply(_completion(message), raw, native=message)
 
-    async def stream_native(self, native: Native, deadline: float) -> AsyncIterator[Chunk]:
-        view = ChatView(self.tier, self._secrets)
+    def stream_native(self, native: Native, deadline: float) -> AsyncIterator[Chunk]:
         data, headers = self._request(native, True)
-        async for raw, more in self.post_events(self.url, data, deadline, headers):
-            chunk = view.chunk(raw)
-            chunk.more = more
-            yield chunk
+        return self.post_events(self.url, data, deadline, ChatView(self.tier, self._secrets).chunk, headers)
 
 
 # Fields the checks and the stream's framing (router/messages/events.py) read, and their types: an

@@ -53,3 +53,8 @@ class Native:
     dialect: str  # "messages"
     body: dict[str, Any]
     headers: dict[str, str]  # the client's headers of that API worth forwarding (e.g. anthropic-beta)
+
+
+def token_count(value: Any) -> int:
+    """A token count as a tier reported it; what is not a count (text, a list, a negative) is 0."""
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 2**63 else 0

@@ -2,7 +2,8 @@
 failures turned into `UpstreamError`s without secrets, and an SSE reader.
 
     PooledHTTP         base of OpenAICompatUpstream (openai_compat.py) and AnthropicUpstream (anthropic.py):
-                       post_json (a whole answer), post_events (an SSE stream)
+                       post_json (a whole answer), post_events (an SSE stream), each with the
+                       tier's own `convert` of what came back
     sse_events(body)   (`data:` payload, more already received) per SSE event
 """
 
@@ -10,18 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import Any, NoReturn
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from typing import Any, NoReturn, TypeVar
 
 import aiohttp
 import orjson
 
 from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
 from router.policy.model import Tier
+from router.upstream.base import Chunk, Reply
 
 log = logging.getLogger("router.upstream")
 
 _DONE = b"[DONE]"
+T = TypeVar("T")
 
 
 class PooledHTTP:
@@ -88,10 +91,16 @@ class PooledHTTP:
             self._session = None
 
     async def post_json(
-        self, url: str, data: bytes, deadline: float, headers: Mapping[str, str] | None = None
-    ) -> tuple[bytes, dict[str, Any]]:
-        """POST and read a whole JSON object: (raw body, parsed). `first_token` bounds the wait for
-        the headers; every failure is an `UpstreamError` without secrets."""
+        self,
+        url: str,
+        data: bytes,
+        deadline: float,
+        convert: Callable[[bytes, dict[str, Any]], Reply],
+        headers: Mapping[str, str] | None = None,
+    ) -> Reply:
+        """POST, read a whole JSON object and `convert(raw, parsed)` it. `first_token` bounds the
+        wait for the headers; every failure, a conversion that fails included, is an
+        `UpstreamError` without secrets."""
         assert self._session is not None, "start() first"
         self.last_used = asyncio.get_running_loop().time()
         try:
@@ -109,14 +118,20 @@ class PooledHTTP:
             raise UpstreamError(f"tier {self.tier!r} answered with invalid JSON", tier=self.tier) from None
         if not isinstance(parsed, dict):
             raise UpstreamError(f"tier {self.tier!r} answered with a non-object", tier=self.tier)
-        return raw, parsed
+        return self._converted(convert, raw, parsed)
 
     async def post_events(
-        self, url: str, data: bytes, deadline: float, headers: Mapping[str, str] | None = None
-    ) -> AsyncIterator[tuple[bytes, bool]]:
-        """POST and read an SSE stream: (`data:` payload, more already received) per event, up to
-        `[DONE]` or the end. `first_token` bounds the wait for the first event; failures are
-        `UpstreamError`s; closing the iterator closes the connection."""
+        self,
+        url: str,
+        data: bytes,
+        deadline: float,
+        convert: Callable[[bytes], Chunk],
+        headers: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[Chunk]:
+        """POST, read an SSE stream up to `[DONE]` or its end, and `convert` each event's `data:`
+        payload to a chunk (`more` set when the next event was already received). `first_token`
+        bounds the wait for the first event; failures are `UpstreamError`s; closing the iterator
+        closes the connection."""
         assert self._session is not None, "start() first"
         self.last_used = asyncio.get_running_loop().time()
         resp: aiohttp.ClientResponse | None = None
@@ -137,12 +152,24 @@ class PooledHTTP:
             async with resp:
                 item = first
                 while item is not None and item[0] != _DONE:
-                    yield item
+                    chunk = self._converted(convert, item[0])
+                    chunk.more = item[1]
+                    yield chunk
                     item = await anext(events, None)
         except Exception as exc:
             self._fail(exc)
         finally:
             await events.aclose()
+
+    def _converted(self, convert: Callable[..., T], *args: Any) -> T:
+        """What a tier sent, read by `convert`: whatever it cannot read is the tier's failure."""
+        try:
+            return convert(*args)
+        except UpstreamError:
+            raise
+        except Exception as exc:
+            kind = type(exc).__name__
+            raise UpstreamError(f"tier {self.tier!r} sent a malformed answer ({kind})", tier=self.tier) from None
 
     def _timeout(self, deadline: float) -> aiohttp.ClientTimeout:
         t = self.config.timeouts

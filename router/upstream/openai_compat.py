@@ -52,17 +52,18 @@ class OpenAICompatUpstream(PooledHTTP):
         return orjson.dumps(out)
 
     async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
-        raw, data = await self.post_json(self.url, self._payload(body, False), deadline)
+        return await self.post_json(self.url, self._payload(body, False), deadline, self._reply)
+
+    def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
+        heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
+        return self.post_events(
+            self.url, self._payload(body, True), deadline, lambda raw: _without_repeated_heads(self._chunk(raw), heads)
+        )
+
+    def _reply(self, raw: bytes, data: dict[str, Any]) -> Reply:
         if problem := _malformed(data, "message"):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
         return Reply(data, raw)
-
-    async def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
-        heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
-        async for event, more in self.post_events(self.url, self._payload(body, True), deadline):
-            chunk = _without_repeated_heads(self._chunk(event), heads)
-            chunk.more = more
-            yield chunk
 
     def _native_payload(self, native: Native, stream: bool) -> bytes:
         body = {**self.config.defaults, **native.body, **self.config.params, "model": self.config.upstream_model}
@@ -73,17 +74,11 @@ class OpenAICompatUpstream(PooledHTTP):
 
     async def complete_native(self, native: Native, deadline: float) -> Reply:
         """A Responses request, passed through (router/responses/native.py)."""
-        raw, response = await self.post_json(self.responses_url, self._native_payload(native, False), deadline)
-        if not isinstance(response.get("output"), list):
-            raise UpstreamError(f"tier {self.tier!r} answered with a malformed response", tier=self.tier)
-        return Reply(completion_of(response), raw, native=response)
+        return await self.post_json(self.responses_url, self._native_payload(native, False), deadline, _response)
 
-    async def stream_native(self, native: Native, deadline: float) -> AsyncIterator[Chunk]:
+    def stream_native(self, native: Native, deadline: float) -> AsyncIterator[Chunk]:
         view = ChatView(self.tier, self._secrets)
-        async for raw, more in self.post_events(self.responses_url, self._native_payload(native, True), deadline):
-            chunk = view.chunk(raw)
-            chunk.more = more
-            yield chunk
+        return self.post_events(self.responses_url, self._native_payload(native, True), deadline, view.chunk)
 
     def _chunk(self, raw: bytes) -> Chunk:
         try:
@@ -98,6 +93,12 @@ class OpenAICompatUpstream(PooledHTTP):
         if problem := _malformed(data, "delta"):
             raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event ({problem})", tier=self.tier)
         return Chunk(data, raw)
+
+
+def _response(raw: bytes, response: dict[str, Any]) -> Reply:
+    if not isinstance(response.get("output"), list):
+        raise ValueError("a response without an output list")
+    return Reply(completion_of(response), raw, native=response)
 
 
 def _null_beside_calls(message: Any) -> bool:
@@ -127,7 +128,8 @@ def _malformed(data: dict[str, Any], part: str) -> str | None:
         if calls is None:
             continue
         if not isinstance(calls, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("function") or {}, dict) for c in calls
+            isinstance(c, dict) and isinstance(c.get("function") or {}, dict) and type(c.get("index", 0)) is int
+            for c in calls
         ):
             return "'tool_calls' is not an array of call objects"
     return None

@@ -141,3 +141,70 @@ async def test_malformed_answer_from_the_fast_tier_escalates(bad, start_fake_, p
     assert len({e["id"] for e in events}) == 1
     summary = trailer(streamed.body)
     assert (summary["tier"], summary["mistakes"]) == ("full", ["upstream_error"])
+
+
+@pytest.mark.parametrize("index", ["0", [0], None, 1.5])
+async def test_a_stream_with_an_unreadable_call_index_escalates(bad_index, start_fake_, proxy_, index: Any) -> None:
+    """Indexes key the calls being assembled: anything but an integer is a malformed event (was a 500)."""
+    full = await start_fake_(FakeConfig(seed=3))
+    proxy = await proxy_(policy_text(bad_index, full.url, routes=ALONE, extra="escalation: {to: full}\n"))
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    content = orjson.dumps(index).decode()
+    body = {"model": "auto", "messages": [{"role": "user", "content": content}], "tools": tools, "stream": True}
+    streamed = await post(proxy.url + "/chat/completions", body)
+    assert streamed.status == 200, streamed.body
+    events, _, done = sse(streamed.body)
+    assert done and all("error" not in e for e in events)
+    summary = trailer(streamed.body)
+    assert (summary["tier"], summary["mistakes"]) == ("full", ["upstream_error"])
+
+
+@pytest.fixture
+async def bad_index() -> AsyncIterator[str]:
+    """Streams a tool call whose `index` is the JSON in the last user message."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        call = {**CALL, "index": orjson.loads(body["messages"][-1]["content"])}
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(chunk(None, {"role": "assistant", "content": None, "tool_calls": [call]}))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": []})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    async with serve_app(app) as url:
+        yield url
+
+
+async def test_token_counts_that_are_not_numbers_count_as_zero(start_fake_, proxy_) -> None:
+    """`usage` is read on the Responses and Messages transports: a tier's junk there was a 500."""
+
+    async def chat(request: web.Request) -> web.Response:
+        message = {"role": "assistant", "content": "Hi."}
+        usage = {"prompt_tokens": "many", "completion_tokens": [1], "prompt_tokens_details": "none"}
+        return web.json_response({**answer("message-string"), "choices": [{"index": 0, "message": message,
+                                  "finish_reason": "stop"}], "usage": usage})  # fmt: skip
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": []})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    async with serve_app(app) as url:
+        proxy = await proxy_(policy_text(url, routes=ALONE))
+        responses = await post(proxy.url + "/responses", {"model": "auto", "input": "hi"})
+        assert responses.status == 200, responses.body
+        assert responses.json()["usage"]["input_tokens"] == 0
+        assert responses.json()["output"][0]["content"][0]["text"] == "Hi."
+        messages = await post(proxy.base + "/v1/messages", {"model": "auto", "max_tokens": 8, "messages": [
+            {"role": "user", "content": "hi"}]})  # fmt: skip
+        assert messages.status == 200, messages.body
+        assert messages.json()["usage"] == {"input_tokens": 0, "output_tokens": 0}
