@@ -6,9 +6,10 @@ where nothing unexpected escapes to the server's logger with a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
@@ -47,6 +48,33 @@ def endpoint(handler: Handler, render: Callable[[RouterError], Response] = error
 
 def router_of(request: Request) -> Router:
     return request.app.state.router  # type: ignore[no-any-return]
+
+
+class Admitted:
+    """A client call holding a place in `router.inflight`. The `admitted()` block gives the place
+    back when it ends, unless `to_stream()` handed it to a stream, which gives it back when it ends."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self.streaming = False
+
+    def to_stream(self) -> None:
+        self.streaming = True
+
+
+@contextlib.contextmanager
+def admitted(request: Request) -> Iterator[Admitted]:
+    """Authorize (401), admit (503 when too many calls are in flight) and count one call."""
+    router = router_of(request)
+    router.authorize(request)
+    router.admit()
+    router.inflight += 1
+    call = Admitted(router)
+    try:
+        yield call
+    finally:
+        if not call.streaming:
+            router.inflight -= 1
 
 
 def lower_headers(request: Request) -> dict[str, str]:

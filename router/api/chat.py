@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from router import pipeline
-from router.api import SSE_HEADERS, endpoint, lower_headers, read_body, router_of
+from router.api import SSE_HEADERS, admitted, endpoint, lower_headers, read_body
 from router.call import chat_call
 from router.errors import RouterError
 from router.escalation import Trace
@@ -23,25 +23,17 @@ if TYPE_CHECKING:
 
 @endpoint
 async def completions(request: Request) -> Response:
-    router = router_of(request)
-    router.authorize(request)
-    router.admit()
-    router.inflight += 1
-    streaming = False
-    try:
-        raw = await read_body(request, router)
-        call = chat_call(raw, lower_headers(request))
+    with admitted(request) as admission:
+        router = admission.router
+        call = chat_call(await read_body(request, router), lower_headers(request))
         if call.stream:
             trace, chunks = await pipeline.stream(router, call)
-            streaming = True
+            admission.to_stream()
             headers = {**SSE_HEADERS, **trace.headers()}
             return StreamingResponse(_observed(router, trace, chunks), media_type="text/event-stream", headers=headers)
         trace, reply = await pipeline.complete(router, call)
         router.observe(trace, None)
         return Response(reply.raw or orjson.dumps(reply.data), headers=trace.headers(), media_type="application/json")
-    finally:
-        if not streaming:
-            router.inflight -= 1
 
 
 async def _observed(router: Router, trace: Trace, chunks: AsyncIterator[Chunk]) -> AsyncIterator[bytes]:

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from router import pipeline
-from router.api import SSE_HEADERS, endpoint, lower_headers, read_body, router_of
+from router.api import SSE_HEADERS, admitted, endpoint, lower_headers, read_body, router_of
 from router.call import FORBIDDEN_FIELDS, Call, parse_body, session_of
 from router.errors import BadRequest, ForbiddenField, RouterError
 from router.escalation import Trace
@@ -56,17 +56,13 @@ def messages_call(raw: bytes, headers: Mapping[str, str], *, count_only: bool = 
 
 @anthropic_endpoint
 async def create(request: Request) -> Response:
-    router = router_of(request)
-    router.authorize(request)
-    router.admit()
-    router.inflight += 1
-    streaming = False
-    try:
+    with admitted(request) as admission:
+        router = admission.router
         call = messages_call(await read_body(request, router), lower_headers(request))
         model = str(call.body["model"])
         if call.stream:
             trace, chunks = await pipeline.stream(router, call)
-            streaming = True
+            admission.to_stream()
             frames = _sse(router, trace, chunks, MessageEvents(new_message_id(), model))
             return StreamingResponse(frames, media_type="text/event-stream", headers={**SSE_HEADERS, **trace.headers()})
         trace, reply = await pipeline.complete(router, call)
@@ -75,9 +71,6 @@ async def create(request: Request) -> Response:
             return Response(reply.raw, headers=trace.headers(), media_type="application/json")
         message = message_of(reply.data, model, new_message_id())
         return Response(orjson.dumps(message), headers=trace.headers(), media_type="application/json")
-    finally:
-        if not streaming:
-            router.inflight -= 1
 
 
 @anthropic_endpoint

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from router import pipeline
-from router.api import SSE_HEADERS, endpoint, lower_headers, read_body, router_of
+from router.api import SSE_HEADERS, admitted, endpoint, lower_headers, read_body
 from router.call import parse_body
 from router.escalation import Trace
 from router.responses import turn as turns
@@ -35,12 +35,8 @@ if TYPE_CHECKING:
 
 @endpoint
 async def create(request: Request) -> Response:
-    router = router_of(request)
-    router.authorize(request)
-    router.admit()
-    router.inflight += 1
-    streaming = False
-    try:
+    with admitted(request) as admission:
+        router = admission.router
         body = parse_body(await read_body(request, router))
         state = router.responses
         stream = body.get("stream") is True
@@ -54,16 +50,13 @@ async def create(request: Request) -> Response:
 
         if stream:
             trace, chunks = await pipeline.stream(router, turn.call)
-            streaming = True
+            admission.to_stream()
             frames = _sse(router, trace, turns.events(turn, trace, chunks, save))
             headers = {**SSE_HEADERS, **trace.headers()}
             return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
         trace, response = await turns.complete(router, turn, save)
         router.observe(trace, None)
         return Response(orjson.dumps(response), headers=trace.headers(), media_type="application/json")
-    finally:
-        if not streaming:
-            router.inflight -= 1
 
 
 def sse_frame(event: Event) -> bytes:
