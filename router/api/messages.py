@@ -4,7 +4,8 @@ The request is translated to a chat-completions call (router/messages/translate.
 the same pipeline as /v1/chat/completions; an `anthropic/*` tier gets the request itself instead
 (`Call.native`, router/upstream/anthropic.py). `x-router-*` headers as on every transport; a stream
 also ends with the `: router {json}` comment. Errors have Anthropic's shape
-`{"type": "error", "error": {"type", "message"}}` with the same status codes as elsewhere.
+`{"type": "error", "error": {"type", "message"}}` with the same status codes as elsewhere, except
+529 for `overloaded_error` (Anthropic's own).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from starlette.responses import Response, StreamingResponse
 from router import pipeline
 from router.api import SSE_HEADERS, admitted, endpoint, lower_headers, read_body, router_of
 from router.call import FORBIDDEN_FIELDS, Call, parse_body, session_of
-from router.errors import BadRequest, ForbiddenField, RouterError
+from router.errors import BadRequest, ForbiddenField, Overloaded, RouterError
 from router.escalation import Trace
 from router.messages.events import Event, MessageEvents, error_body
 from router.messages.translate import chat_body, message_of, new_message_id
@@ -34,7 +35,9 @@ if TYPE_CHECKING:
 
 
 def anthropic_error(exc: RouterError) -> Response:
-    return Response(orjson.dumps(error_body(exc)), exc.http_status, exc.headers(), media_type="application/json")
+    # Anthropic says "overloaded" with 529, which its clients (Claude Code, the SDK) back off on
+    status = 529 if isinstance(exc, Overloaded) else exc.http_status
+    return Response(orjson.dumps(error_body(exc)), status, exc.headers(), media_type="application/json")
 
 
 anthropic_endpoint = functools.partial(endpoint, render=anthropic_error)

@@ -19,7 +19,8 @@ Properties, for every example (the fakes are healthy, so any 5xx or `error` even
   first and `message_stop` last, content blocks opened, filled and closed in index order;
 - afterwards the proxy still answers /healthz, has no call in flight and no lane holds a place.
 Limits: a body over the cap is 413 and a body nested deeper than MAX_DEPTH is 400 (and reaches no
-upstream), both in Anthropic's shape; a body at the limit works; too many calls in flight is 503.
+upstream), both in Anthropic's shape; a body at the limit works; too many calls in flight is 529
+(Anthropic's overloaded status).
 """
 
 from __future__ import annotations
@@ -333,8 +334,8 @@ def test_body_over_cap_is_413(stack: Stack, http: httpx.Client, path: str, size:
     assert str(BODY_CAP) in resp.json()["error"]["message"]
 
 
-def test_concurrency_cap_is_503_with_retry_after() -> None:
-    """One slot: while a slow call holds it, /v1/messages (JSON and SSE) gets 503 + Retry-After in
+def test_concurrency_cap_is_529_with_retry_after() -> None:
+    """One slot: while a slow call holds it, /v1/messages (JSON and SSE) gets 529 + Retry-After in
     Anthropic's shape (`overloaded_error`); count_tokens calls no model and still answers."""
     slow = FakeConfig(seed=1, delay_ms=800)
     ask = {"model": "auto", "max_tokens": 8, "messages": [USER]}
@@ -348,7 +349,7 @@ def test_concurrency_cap_is_503_with_retry_after() -> None:
         assert stack.inflight() == 1
         for stream in (False, True):
             resp = client.post(stack.base + "/v1/messages", json={**ask, "stream": stream})
-            assert resp.status_code == 503, (stream, resp.status_code)
+            assert resp.status_code == 529, (stream, resp.status_code)
             assert resp.headers["retry-after"] == "1" and resp.headers["x-should-retry"] == "true"
             assert resp.json()["type"] == "error" and resp.json()["error"]["type"] == "overloaded_error"
         assert client.post(stack.base + "/v1/messages/count_tokens", json=ask).status_code == 200
