@@ -17,11 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from router.errors import UpstreamError, upstream_text
 from router.responses.translate import items_of
-from router.upstream.base import Chunk, token_count
+from router.upstream.base import Chunk, native_event, token_count
 
 _ROUTER_FIELDS = ("previous_response_id", "type", "generate")  # resolved or used by the router itself
 
@@ -86,12 +84,7 @@ class ChatView:
         self._args: set[int] = set()  # tool calls whose arguments have started
 
     def chunk(self, raw: bytes) -> Chunk:
-        try:
-            event = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event", tier=self.tier) from None
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            raise UpstreamError(f"tier {self.tier!r} sent an SSE event without a type", tier=self.tier)
+        event = native_event(raw, self.tier)
         if event["type"] in ("error", "response.failed"):
             detail = event.get("error") or (event.get("response") or {}).get("error") or event
             message = upstream_text(str(detail.get("message", "") if isinstance(detail, dict) else ""), self.secrets)

@@ -21,7 +21,7 @@ import orjson
 from router.errors import UpstreamError, upstream_text
 from router.messages.translate import chat_message, finish_reason
 from router.policy.model import Tier
-from router.upstream.base import Chunk, Native, Reply
+from router.upstream.base import Chunk, Native, Reply, native_event
 from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
 
@@ -115,12 +115,7 @@ class ChatView:
         self._args: set[int] = set()  # tool calls whose arguments have started
 
     def chunk(self, raw: bytes) -> Chunk:
-        try:
-            event = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event", tier=self.tier) from None
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            raise UpstreamError(f"tier {self.tier!r} sent an SSE event without a type", tier=self.tier)
+        event = native_event(raw, self.tier)
         if (
             _malformed(event, _EVENT_FIELDS)
             or ("message" in event and _malformed(event["message"], _MESSAGE_FIELDS))

@@ -18,6 +18,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
+from router.errors import UpstreamError
+
 
 @dataclass(slots=True)
 class Reply:
@@ -58,3 +62,14 @@ class Native:
 def token_count(value: Any) -> int:
     """A token count as a tier reported it; what is not a count (text, a list, a negative) is 0."""
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 2**63 else 0
+
+
+def native_event(raw: bytes, tier: str) -> dict[str, Any]:
+    """One SSE event of a tier's own API (`data:` payload), parsed: an object with a string `type`."""
+    try:
+        event = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise UpstreamError(f"tier {tier!r} sent a malformed SSE event", tier=tier) from None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise UpstreamError(f"tier {tier!r} sent an SSE event without a type", tier=tier)
+    return event
