@@ -99,6 +99,8 @@ def _banner(console: Console, port: int, policy: Path, servers: Sequence[LlamaSe
         f"  export OPENAI_BASE_URL={base} OPENAI_API_KEY=none",
         f'  python -c "{snippet}"',
         "",
+        f"  export ANTHROPIC_BASE_URL={base.removesuffix('/v1')} ANTHROPIC_API_KEY=none   # Claude Code, Anthropic SDK",
+        "",
         f"  curl -s {base}/router/stats     # calls and mistakes per tier, route and tool",
         "",
         "Ctrl-C stops everything.",
