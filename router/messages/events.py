@@ -127,8 +127,8 @@ class MessageEvents:
             index = self._native.get(int(event.get("index", 0)))
             if index is None:
                 return []
-            if kind == "content_block_stop":
-                self.open = None if self.open == index else self.open
+            if kind == "content_block_stop" and self.open == index:
+                self.open, self._text_open = None, False
             return [{**event, "index": index}]
         if kind == "message_delta":
             delta = event.get("delta") or {}

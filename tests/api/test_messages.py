@@ -256,3 +256,30 @@ async def test_native_checked_tier_escalates_its_own_mistakes(start_fake_, proxy
     assert block_sequence(events).count("message_start") == 1
     starts = [e["content_block"] for e in events if e["type"] == "content_block_start"]
     assert [b["type"] for b in starts] == ["tool_use"]
+
+
+def test_text_after_a_closed_native_text_block_opens_a_block_of_its_own() -> None:
+    """An escalation can join a native attempt's closed text block and a chat attempt's text."""
+    from router.messages.events import MessageEvents
+    from router.upstream.base import Chunk
+
+    events = MessageEvents("msg_1", "m")
+    start = {"type": "message_start", "message": {"id": "x", "type": "message", "role": "assistant", "model": "m",
+                                                  "content": [], "usage": {"input_tokens": 3}}}  # fmt: skip
+    native = [
+        start,
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "content_block_stop", "index": 0},
+    ]
+    out = [e for n in native for e in events.feed(Chunk({}, native=n))]
+    chat = {"choices": [{"index": 0, "delta": {"content": "\n\nMore"}, "finish_reason": None}]}
+    out += events.feed(Chunk(chat)) + events.close()
+    kinds = [(e["type"], e.get("index")) for e in out]
+    assert kinds == [
+        ("message_start", None), ("ping", None),
+        ("content_block_start", 0), ("content_block_delta", 0), ("content_block_stop", 0),
+        ("content_block_start", 1), ("content_block_delta", 1), ("content_block_stop", 1),
+        ("message_delta", None), ("message_stop", None),
+    ]  # fmt: skip
+    assert out[0]["message"]["id"] == "msg_1" and out[-2]["usage"]["input_tokens"] == 3
