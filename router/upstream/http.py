@@ -10,6 +10,7 @@ failures turned into `UpstreamError`s without secrets, and an SSE reader.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, NoReturn, TypeVar
@@ -41,17 +42,20 @@ class PooledHTTP:
         self._secrets = (key,) if key else ()
         self._headers: dict[str, str] = {"content-type": "application/json"}
         self._session: aiohttp.ClientSession | None = None
-        self.last_used = 0.0  # event-loop time of the last call (or warm-up)
+        self.last_used = 0.0  # event-loop time of the last call started (or warm-up)
+        self.busy = 0  # calls in flight
 
     async def start(self, warm: bool = True) -> None:
+        """Open the pool; `warm`: open `warm_connections` now (a server that does not answer yet is
+        logged, and tried again by the first call)."""
         connector = aiohttp.TCPConnector(
             limit=self.config.max_connections, limit_per_host=0, keepalive_timeout=75, ttl_dns_cache=300
         )
         self._session = aiohttp.ClientSession(
             connector=connector, headers=self._headers, json_serialize=lambda o: orjson.dumps(o).decode()
         )
-        if warm and self.config.warm_connections:
-            await self.warm()
+        if warm and self.config.warm_connections and not await self.warm():
+            log.warning("tier %s: no answer from its server at start-up; will retry on the first call", self.tier)
 
     async def warm(self) -> int:
         """Open `warm_connections` keep-alive connections (GET `warm_url`). Returns how many answered."""
@@ -67,23 +71,29 @@ class PooledHTTP:
                 return False
 
         self.last_used = asyncio.get_running_loop().time()
-        ok = sum(await asyncio.gather(*(one() for _ in range(self.config.warm_connections))))
-        if not ok:
-            log.warning("tier %s: no answer from its server to a warm-up; will retry on the next call", self.tier)
-        return ok
+        return sum(await asyncio.gather(*(one() for _ in range(self.config.warm_connections))))
 
     async def keep_warm(self) -> None:
-        """Use the warm connections again whenever the tier has been idle for `keep_warm` seconds:
-        servers (and aiohttp, after 75 s) close idle keep-alive connections, and the next call would
-        pay TCP (and TLS) set-up again. Runs until cancelled."""
+        """Use the warm connections again whenever the tier has been idle — no call in flight, none
+        started — for `keep_warm` seconds: servers (and aiohttp, after 75 s) close idle keep-alive
+        connections, and the next call would pay TCP (and TLS) set-up again. A server that stops
+        answering is logged once, and once more when it answers again. Runs until cancelled."""
         every = self.config.keep_warm
         if every <= 0 or self.config.warm_connections <= 0:
             return
         loop = asyncio.get_running_loop()
+        answering = True
         while True:
-            await asyncio.sleep(max(0.0, self.last_used + every - loop.time()))
-            if loop.time() - self.last_used >= every:
-                await self.warm()
+            wait = every - (loop.time() - self.last_used)
+            if self.busy:  # a call is in flight (and keeps a connection warm): look again later
+                wait = max(wait, min(every, 1.0))
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            if bool(await self.warm()) != answering:
+                answering = not answering
+                state = "answers again" if answering else "does not answer keep-warm requests"
+                (log.info if answering else log.warning)("tier %s: its server %s", self.tier, state)
 
     async def close(self) -> None:
         if self._session is not None:
@@ -103,6 +113,7 @@ class PooledHTTP:
         `UpstreamError` without secrets."""
         assert self._session is not None, "start() first"
         self.last_used = asyncio.get_running_loop().time()
+        self.busy += 1
         try:
             async with asyncio.timeout(self.config.timeouts.first_token):
                 resp = await self._session.post(url, data=data, headers=headers, timeout=self._timeout(deadline))
@@ -112,6 +123,8 @@ class PooledHTTP:
                 raw = await resp.read()
         except Exception as exc:
             self._fail(exc)
+        finally:
+            self.busy -= 1
         try:
             parsed = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -134,6 +147,23 @@ class PooledHTTP:
         closes the connection."""
         assert self._session is not None, "start() first"
         self.last_used = asyncio.get_running_loop().time()
+        self.busy += 1
+        try:
+            async with contextlib.aclosing(self._events(url, data, deadline, convert, headers)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            self.busy -= 1
+
+    async def _events(
+        self,
+        url: str,
+        data: bytes,
+        deadline: float,
+        convert: Callable[[bytes], Chunk],
+        headers: Mapping[str, str] | None,
+    ) -> AsyncGenerator[Chunk, None]:
+        assert self._session is not None
         resp: aiohttp.ClientResponse | None = None
         try:
             async with asyncio.timeout(self.config.timeouts.first_token):

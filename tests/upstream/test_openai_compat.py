@@ -187,3 +187,27 @@ async def test_idle_tiers_are_kept_warm_and_busy_ones_are_left_alone(start_fake_
             await asyncio.sleep(0.05)
     # the full tier (30 s default) never re-warms in this time, and the busy fast tier did not either
     assert await warm_ups() - before <= 1
+
+
+async def test_keep_warm_waits_while_a_call_is_in_flight(start_fake_) -> None:
+    """A call longer than `keep_warm` is not idleness: a single-threaded server (llama.cpp) busy with
+    it would not answer the warm-up, and the log would fill with false alarms."""
+    fake = await start_fake_(FakeConfig(seed=4, delay_ms=1500))
+    up = OpenAICompatUpstream("fast", Tier(model="openai/m", api_base=fake.url, warm_connections=1, keep_warm=0.3))
+    await up.start(warm=False)
+    keeper = asyncio.create_task(up.keep_warm())
+
+    async def warm_ups() -> int:
+        async with aiohttp.ClientSession() as s, s.get(fake.url.removesuffix("/v1") + "/_fake/requests") as r:
+            return sum(1 for e in await r.json() if e["path"] == "/v1/models")
+
+    try:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        await up.complete(body, asyncio.get_running_loop().time() + 10)  # 1.5 s in flight
+        during = await warm_ups()
+        await asyncio.sleep(1.0)  # idle now: keep-warm goes on
+        after = await warm_ups()
+    finally:
+        keeper.cancel()
+        await up.close()
+    assert (during, after >= 1) == (0, True), (during, after)
