@@ -1,9 +1,10 @@
 """Shared fixtures: real servers on free ports, nothing mocked.
 
-    fake            a running fake upstream (router/upstream/fake.py), default config
-    start_fake_     factory: await start_fake_(FakeConfig(...)) -> FakeServer (closed after the test)
-    proxy_          factory: await proxy_(policy_yaml, **settings) -> Proxy (a real uvicorn server)
-    policy_text()   a policy with fast/full tiers pointing at given upstream URLs
+fake            a running fake upstream (router/upstream/fake.py), default config
+start_fake_     factory: await start_fake_(FakeConfig(...)) -> FakeServer (closed after the test)
+proxy_          factory: await proxy_(policy_yaml, **settings) -> Proxy (a real uvicorn server)
+policy_text()   a policy with fast/full tiers pointing at given upstream URLs
+upstream_app()  a scripted upstream (aiohttp app) for serve_app()
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def free_socket() -> socket.socket:
 def policy_text(fast_url: str, full_url: str | None = None, *, extra: str = "", routes: str | None = None) -> str:
     """A fast/full policy; `extra` is appended YAML (top-level keys), `routes` replaces the routes."""
     full_url = full_url or fast_url
-    routes = routes or """
+    routes = (
+        routes
+        or """
         routes:
           - name: simple-tool-call
             when: {tools: {present: true, max_count: 8}, last_role: [user, tool]}
@@ -44,6 +47,7 @@ def policy_text(fast_url: str, full_url: str | None = None, *, extra: str = "", 
           - name: default
             use: full
     """
+    )
     base = f"""
         version: 1
         models:
@@ -60,6 +64,23 @@ def policy_text(fast_url: str, full_url: str | None = None, *, extra: str = "", 
         store: memory://
     """
     return textwrap.dedent(base) + textwrap.dedent(routes) + textwrap.dedent(extra)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def upstream_app(posts: dict[str, Handler]) -> web.Application:
+    """A scripted upstream: `posts` maps paths ("/v1/chat/completions", "/v1/messages") to handlers;
+    GET /v1/models answers an empty list, for the router's warm-up."""
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": []})
+
+    app = web.Application()
+    for path, handler in posts.items():
+        app.router.add_post(path, handler)
+    app.router.add_get("/v1/models", models)
+    return app
 
 
 @contextlib.asynccontextmanager

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.conftest import serve_app
+from tests.conftest import serve_app, upstream_app
 
 
 class Reference:
@@ -68,14 +68,7 @@ def _reply(message: dict[str, Any], finish: str = "stop") -> web.Response:
 @contextlib.asynccontextmanager
 async def reference_tier() -> AsyncIterator[Reference]:
     ref = Reference()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", ref.handle)
-
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"data": []})
-
-    app.router.add_get("/v1/models", models)
-    async with serve_app(app) as url:
+    async with serve_app(upstream_app({"/v1/chat/completions": ref.handle})) as url:
         ref.url = url
         try:
             yield ref

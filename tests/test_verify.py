@@ -18,7 +18,7 @@ from aiohttp import web
 from router.policy.loader import PolicyError, parse_policy
 from router.upstream.fake import FakeServer
 from router.verify import Verdict, VerdictCache, call_key, logprob_measure, normalised, read_judgement
-from tests.conftest import Proxy, policy_text
+from tests.conftest import Proxy, policy_text, serve_app, upstream_app
 
 NAMED = {"type": "function", "function": {"name": "good"}}
 
@@ -60,20 +60,9 @@ class Scripted:
 @pytest.fixture
 async def scripted() -> AsyncIterator[Scripted]:
     s = Scripted()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", s.handle)
-
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"data": []})
-
-    app.router.add_get("/v1/models", models)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    s.url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    yield s
-    await runner.cleanup()
+    async with serve_app(upstream_app({"/v1/chat/completions": s.handle})) as url:
+        s.url = url
+        yield s
 
 
 def policy(fast: str, full: str, verify: str, judge: str | None = None) -> str:

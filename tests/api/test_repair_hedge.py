@@ -16,7 +16,7 @@ from aiohttp import web
 
 from router.upstream.fake import FakeConfig
 from tests.api.helpers import TOOLS, USER, assert_valid_weather_call, client, fake_requests, get, post, trailer
-from tests.conftest import policy_text, serve_app
+from tests.conftest import policy_text, serve_app, upstream_app
 
 REPAIR_ROUTES = """
     routes:
@@ -56,13 +56,7 @@ def grammar_app(seen: list[dict[str, Any]], always_broken: bool = False) -> web.
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": []})
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
-    return app
+    return upstream_app({"/v1/chat/completions": chat})
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from router.upstream.fake import FakeConfig
 from tests.api.helpers import TOOLS, USER, assert_error_body, post, sse, trailer
-from tests.conftest import policy_text, serve_app
+from tests.conftest import policy_text, serve_app, upstream_app
 
 
 def empty_app() -> web.Application:
@@ -30,13 +30,7 @@ def empty_app() -> web.Application:
         await resp.write_eof()
         return resp
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": []})
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
-    return app
+    return upstream_app({"/v1/chat/completions": chat})
 
 
 @pytest.fixture

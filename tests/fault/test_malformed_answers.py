@@ -18,7 +18,7 @@ from aiohttp import web
 
 from router.upstream.fake import FakeConfig
 from tests.api.helpers import ERROR_KEYS, assert_error_body, post, sse, trailer
-from tests.conftest import policy_text, serve_app
+from tests.conftest import policy_text, serve_app, upstream_app
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
 
@@ -81,13 +81,7 @@ def bad_app() -> web.Application:
         await resp.write_eof()
         return resp
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": []})
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
-    return app
+    return upstream_app({"/v1/chat/completions": chat})
 
 
 @pytest.fixture
@@ -173,12 +167,7 @@ async def bad_index() -> AsyncIterator[str]:
         await resp.write_eof()
         return resp
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": []})
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
+    app = upstream_app({"/v1/chat/completions": chat})
     async with serve_app(app) as url:
         yield url
 
@@ -192,12 +181,7 @@ async def test_token_counts_that_are_not_numbers_count_as_zero(start_fake_, prox
         return web.json_response({**answer("message-string"), "choices": [{"index": 0, "message": message,
                                   "finish_reason": "stop"}], "usage": usage})  # fmt: skip
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": []})
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
+    app = upstream_app({"/v1/chat/completions": chat})
     async with serve_app(app) as url:
         proxy = await proxy_(policy_text(url, routes=ALONE))
         responses = await post(proxy.url + "/responses", {"model": "auto", "input": "hi"})

@@ -28,7 +28,7 @@ from aiohttp import web
 
 from router.upstream.fake import FakeConfig
 from tests.api.helpers import Raw, get, post, with_key
-from tests.conftest import Proxy, policy_text, serve_app
+from tests.conftest import Proxy, policy_text, serve_app, upstream_app
 from tests.security.test_redaction import ECHO_KEY, ECHO_ROUTES, FAST_KEY, URL_PASS, attach
 
 ESCALATE = "escalation: {to: full, max_attempts: 2}\n"
@@ -180,13 +180,7 @@ def anthropic_echo_app() -> web.Application:
         await resp.write_eof()
         return resp
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"data": []})
-
-    app = web.Application()
-    app.router.add_post("/v1/messages", create)
-    app.router.add_get("/v1/models", models)
-    return app
+    return upstream_app({"/v1/messages": create})
 
 
 @pytest.fixture
@@ -337,14 +331,7 @@ def hostile_app() -> web.Application:
         await resp.write_eof()
         return resp
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"data": []})
-
-    app = web.Application()
-    app.router.add_post("/v1/messages", answer)
-    app.router.add_post("/v1/chat/completions", answer)
-    app.router.add_get("/v1/models", models)
-    return app
+    return upstream_app({"/v1/messages": answer, "/v1/chat/completions": answer})
 
 
 NATIVE_DEFECTS = ("usage-text", "usage-list", "index-text", "stop-list", "block-text", "delta-text")

@@ -21,7 +21,7 @@ from aiohttp import web
 from router.policy.loader import PolicyError, parse_policy
 from router.upstream.fake import FakeConfig
 from tests.api.helpers import TOOLS, Raw, get, post, with_key
-from tests.conftest import Proxy, policy_text, serve_app
+from tests.conftest import Proxy, policy_text, serve_app, upstream_app
 
 FAST_KEY = "sk-canary-FASTKEY-5d41402abc4b2a76b9719d911017c592"
 ECHO_KEY = "canaryKEY-no-known-shape-7f3e9c1d2b"  # only the policy's own secrets list can catch this one
@@ -204,13 +204,7 @@ def echo_app() -> web.Application:
         await resp.write_eof()
         return resp
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": []})
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
-    return app
+    return upstream_app({"/v1/chat/completions": chat})
 
 
 @pytest.fixture
