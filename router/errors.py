@@ -59,6 +59,7 @@ class RouterError(Exception):
     type: ClassVar[str] = "api_error"
     code: ClassVar[str | None] = "internal_error"
     should_retry: ClassVar[bool | None] = None
+    retry_after: ClassVar[str | None] = None  # seconds, sent as Retry-After
 
     def __init__(self, message: str, *, param: str | None = None, status: int | None = None) -> None:
         super().__init__(message)
@@ -77,9 +78,10 @@ class RouterError(Exception):
         return orjson.dumps(self.to_body())
 
     def headers(self) -> dict[str, str]:
-        if self.should_retry is None:
-            return {}
-        return {"x-should-retry": "true" if self.should_retry else "false"}
+        out = {} if self.should_retry is None else {"x-should-retry": "true" if self.should_retry else "false"}
+        if self.retry_after is not None:
+            out["retry-after"] = self.retry_after
+        return out
 
 
 class BadRequest(RouterError):
@@ -133,9 +135,7 @@ class LaneBusy(RouterError):
     type = "rate_limit_error"
     code = "lane_busy"
     should_retry = True
-
-    def headers(self) -> dict[str, str]:
-        return {**super().headers(), "retry-after": "1"}
+    retry_after = "1"
 
 
 class BodyTooLarge(RouterError):
@@ -150,9 +150,7 @@ class Overloaded(RouterError):
     type = "overloaded_error"
     code = "overloaded"
     should_retry = True
-
-    def headers(self) -> dict[str, str]:
-        return {**super().headers(), "retry-after": "1"}
+    retry_after = "1"
 
 
 class UpstreamError(RouterError):
