@@ -137,6 +137,10 @@ def _secrets(url: str) -> list[str]:
     return sorted({x for s in found if s for x in (s, unquote(s))}, key=len, reverse=True)
 
 
+def _routed(call_id: str, raw: str | bytes | None) -> RoutedCall | None:
+    return None if raw is None else RoutedCall(call_id, *json.loads(raw))
+
+
 def _field(key: CounterKey) -> str:
     return json.dumps(key, separators=(",", ":"))
 
@@ -342,11 +346,7 @@ class RedisStore(BufferedStore):
 
     async def routed_get(self, session: str, call_id: str) -> RoutedCall | None:
         async def get() -> RoutedCall | None:
-            raw = await self._redis.hget(f"{self.prefix}r:{session}", call_id)
-            if raw is None:
-                return None
-            tier, route, tool, arguments = json.loads(raw)
-            return RoutedCall(call_id, tier, route, tool, arguments)
+            return _routed(call_id, await self._redis.hget(f"{self.prefix}r:{session}", call_id))
 
         return await self._call("routed_get", get)
 
@@ -357,10 +357,7 @@ class RedisStore(BufferedStore):
                 tx.hget(key, call_id)
                 tx.hdel(key, call_id)
                 raw, _ = await tx.execute()
-            if raw is None:
-                return None
-            tier, route, tool, arguments = json.loads(raw)
-            return RoutedCall(call_id, tier, route, tool, arguments)
+            return _routed(call_id, raw)
 
         return await self._call("routed_take", take)
 
