@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, NoReturn, TypeVar
 
 import aiohttp
@@ -42,7 +42,7 @@ class PooledHTTP:
         self._secrets = (key,) if key else ()
         self._headers: dict[str, str] = {"content-type": "application/json"}
         self._session: aiohttp.ClientSession | None = None
-        self.last_used = 0.0  # event-loop time of the last call started (or warm-up)
+        self.last_used = 0.0  # event-loop time a call (or warm-up) last started or ended
         self.busy = 0  # calls in flight
 
     async def start(self, warm: bool = True) -> None:
@@ -112,19 +112,16 @@ class PooledHTTP:
         wait for the headers; every failure, a conversion that fails included, is an
         `UpstreamError` without secrets."""
         assert self._session is not None, "start() first"
-        self.last_used = asyncio.get_running_loop().time()
-        self.busy += 1
         try:
-            async with asyncio.timeout(self.config.timeouts.first_token):
-                resp = await self._session.post(url, data=data, headers=headers, timeout=self._timeout(deadline))
-            async with resp:
-                if resp.status >= 400:
-                    await self._error_status(resp)
-                raw = await resp.read()
+            with self._in_flight():
+                async with asyncio.timeout(self.config.timeouts.first_token):
+                    resp = await self._session.post(url, data=data, headers=headers, timeout=self._timeout(deadline))
+                async with resp:
+                    if resp.status >= 400:
+                        await self._error_status(resp)
+                    raw = await resp.read()
         except Exception as exc:
             self._fail(exc)
-        finally:
-            self.busy -= 1
         try:
             parsed = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -146,50 +143,46 @@ class PooledHTTP:
         bounds the wait for the first event; failures are `UpstreamError`s; closing the iterator
         closes the connection."""
         assert self._session is not None, "start() first"
-        self.last_used = asyncio.get_running_loop().time()
+        with self._in_flight():
+            resp: aiohttp.ClientResponse | None = None
+            try:
+                async with asyncio.timeout(self.config.timeouts.first_token):
+                    resp = await self._session.post(url, data=data, headers=headers, timeout=self._timeout(deadline))
+                    if resp.status >= 400:
+                        await self._error_status(resp)
+                    events = sse_events(resp.content)
+                    first = await anext(events, None)
+            except BaseException as exc:
+                if resp is not None:
+                    resp.close()
+                if not isinstance(exc, Exception):
+                    raise
+                self._fail(exc)
+            try:
+                async with resp:
+                    item = first
+                    while item is not None and item[0] != _DONE:
+                        chunk = self._converted(convert, item[0])
+                        chunk.more = item[1]
+                        yield chunk
+                        item = await anext(events, None)
+            except Exception as exc:
+                self._fail(exc)
+            finally:
+                await events.aclose()
+
+    @contextlib.contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        """A call is in flight (keep-warm waits) from now until the block ends; idleness counts
+        from its end."""
+        loop = asyncio.get_running_loop()
+        self.last_used = loop.time()
         self.busy += 1
         try:
-            async with contextlib.aclosing(self._events(url, data, deadline, convert, headers)) as chunks:
-                async for chunk in chunks:
-                    yield chunk
+            yield
         finally:
             self.busy -= 1
-
-    async def _events(
-        self,
-        url: str,
-        data: bytes,
-        deadline: float,
-        convert: Callable[[bytes], Chunk],
-        headers: Mapping[str, str] | None,
-    ) -> AsyncGenerator[Chunk, None]:
-        assert self._session is not None
-        resp: aiohttp.ClientResponse | None = None
-        try:
-            async with asyncio.timeout(self.config.timeouts.first_token):
-                resp = await self._session.post(url, data=data, headers=headers, timeout=self._timeout(deadline))
-                if resp.status >= 400:
-                    await self._error_status(resp)
-                events = sse_events(resp.content)
-                first = await anext(events, None)
-        except BaseException as exc:
-            if resp is not None:
-                resp.close()
-            if not isinstance(exc, Exception):
-                raise
-            self._fail(exc)
-        try:
-            async with resp:
-                item = first
-                while item is not None and item[0] != _DONE:
-                    chunk = self._converted(convert, item[0])
-                    chunk.more = item[1]
-                    yield chunk
-                    item = await anext(events, None)
-        except Exception as exc:
-            self._fail(exc)
-        finally:
-            await events.aclose()
+            self.last_used = loop.time()
 
     def _converted(self, convert: Callable[..., T], *args: Any) -> T:
         """What a tier sent, read by `convert`: whatever it cannot read is the tier's failure."""

@@ -174,8 +174,11 @@ async def test_idle_tiers_are_kept_warm_and_busy_ones_are_left_alone(start_fake_
         return sum(1 for e in log if e["path"] == "/v1/models")
 
     at_start = await warm_ups()
-    await asyncio.sleep(1.5)  # idle: about three keep-warm rounds of the fast tier
-    idle = await warm_ups() - at_start
+    idle = 0
+    for _ in range(50):  # idle: keep-warm rounds of the fast tier every 0.4 s (bounded: 5 s)
+        await asyncio.sleep(0.1)
+        if (idle := await warm_ups() - at_start) >= 2:
+            break
     assert idle >= 2, idle
     before = await warm_ups()
     client = openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0)
@@ -205,8 +208,11 @@ async def test_keep_warm_waits_while_a_call_is_in_flight(start_fake_) -> None:
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         await up.complete(body, asyncio.get_running_loop().time() + 10)  # 1.5 s in flight
         during = await warm_ups()
-        await asyncio.sleep(1.0)  # idle now: keep-warm goes on
-        after = await warm_ups()
+        after = 0
+        for _ in range(50):  # idle now: keep-warm goes on (bounded: 5 s)
+            await asyncio.sleep(0.1)
+            if (after := await warm_ups()) >= 1:
+                break
     finally:
         keeper.cancel()
         await up.close()
