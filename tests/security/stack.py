@@ -6,6 +6,7 @@ stack over real sockets with synchronous clients, so one proxy serves every exam
     with Stack(settings={...}) as stack:
         stack.base                     http://127.0.0.1:PORT (the proxy)
         stack.call(coro_fn)            run `await coro_fn(router)` on the stack's loop (e.g. read inflight)
+        stack.assert_settled()         /healthz answers and no call is left in flight
 
 `Stack(policy=fn)`: the policy is `fn(fast_url, full_url)` instead of `policy_text` with `extra`.
 """
@@ -16,10 +17,12 @@ import asyncio
 import contextlib
 import tempfile
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 
@@ -91,6 +94,17 @@ class Stack:
             return router.inflight
 
         return self.call(read)
+
+    def assert_settled(self) -> None:
+        """The proxy answers /healthz and, within 2 s (the last stream being counted out), has no
+        call in flight."""
+        with httpx.Client(timeout=10) as client:
+            assert client.get(self.base + "/healthz").status_code == 200
+        for _ in range(200):
+            if self.inflight() == 0:
+                break
+            time.sleep(0.01)
+        assert self.inflight() == 0
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:

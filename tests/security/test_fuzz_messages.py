@@ -69,13 +69,7 @@ def still_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     if "stack" not in request.fixturenames:
         return
     stack: Stack = request.getfixturevalue("stack")
-    with httpx.Client(timeout=10) as client:
-        assert client.get(stack.base + "/healthz").status_code == 200
-    for _ in range(200):  # bounded: 2 s for the last stream to be counted out
-        if stack.inflight() == 0:
-            break
-        time.sleep(0.01)
-    assert stack.inflight() == 0
+    stack.assert_settled()
 
     async def lanes(router: Any) -> dict[str, int]:
         return dict(router.lanes.inflight)
