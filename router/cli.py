@@ -92,6 +92,9 @@ def fake_upstream(
     reset_before_first_byte: Annotated[float, typer.Option(help="share of connections closed unanswered")] = 0.0,
     malformed_sse: Annotated[float, typer.Option(help="share of streams with a garbage event")] = 0.0,
     model: Annotated[str, typer.Option(help="model name it reports")] = "fake-model",
+    finish_after: Annotated[
+        int, typer.Option(help="answer text once the conversation holds this many tool results (0: never)")
+    ] = 0,
 ) -> None:
     """Run the deterministic, fault-injecting fake model server (OpenAI-compatible)."""
     from router.upstream.fake import FakeConfig, run_fake
@@ -115,6 +118,7 @@ def fake_upstream(
         reset_mid_stream=reset_mid_stream,
         reset_before_first_byte=reset_before_first_byte,
         malformed_sse=malformed_sse,
+        finish_after=finish_after,
     )
     typer.echo(f"fake upstream on http://{host}:{port}/v1")
     run_fake(config, host, port)

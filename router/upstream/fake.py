@@ -27,6 +27,9 @@ Answers
   text_tool_call (``{"name": ..., "arguments": {...}}`` as content, no tool_calls). The injected kind is
   reported in the response header ``x-fake-defect``. Without tools: ``words`` seeded words of text.
   The response ``model`` echoes the request's ``model`` (``config.model`` if absent).
+  With ``finish_after`` N > 0 the fake ends a tool loop: once the conversation holds N tool results
+  (chat ``tool`` messages, Responses ``*_call_output`` items, Anthropic ``tool_result`` blocks) and
+  ``tool_choice`` does not demand a call, it answers text, as an agent's model does after its tools ran.
 
 Determinism
   The app owns ``random.Random(seed)``. Each accepted request draws, synchronously and in this order:
@@ -101,6 +104,7 @@ class FakeConfig:
     reset_before_first_byte: float = 0.0  # share of requests cut (TCP RST) with no response
     malformed_sse: float = 0.0  # share of streams with a garbage data line
     words: int = 12  # words in a text answer
+    finish_after: int = 0  # answer text once the conversation holds this many tool results (0: never)
     api_key: str | None = None  # if set, required as Bearer (or x-api-key on /v1/messages)
 
     def __post_init__(self) -> None:
@@ -120,6 +124,8 @@ class FakeConfig:
                 raise ValueError(f"{name} must be within [0, 1], got {rate}")
         if self.words < 1:
             raise ValueError(f"words must be at least 1, got {self.words}")
+        if self.finish_after < 0:
+            raise ValueError(f"finish_after must be 0 (never) or more, got {self.finish_after}")
 
 
 class _State:
@@ -229,6 +235,8 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     tools, chosen = pick(body)
     if chosen is not None and all(name != chosen for name, _ in tools):
         return _error(400, f"fake upstream: tool_choice names {chosen!r}, which is not in tools", anthropic)
+    if tools and _finished(body, chosen, st.config.finish_after):
+        tools = []
     plan = plan_of(request.headers.get("x-fake-fault"), st.rng, st.config)
     if isinstance(plan, str):
         return _error(400, plan, anthropic)
@@ -273,6 +281,26 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
         events = chat_chunks(answer, cid, created, model, usage if with_usage else None)
         return await _send_stream(request, st, plan, events, headers, MALFORMED_CHAT)
     return await _send_json(request, plan, chat_completion(answer, cid, created, model, usage), headers)
+
+
+def _finished(body: dict[str, Any], chosen: str | None, after: int) -> bool:
+    """True when the tool loop is over: `after` tool results are in and no call is demanded."""
+    if after <= 0 or chosen is not None or body.get("tool_choice") in ("required", "any", {"type": "any"}):
+        return False
+    return tool_results(body["messages"]) >= after
+
+
+def tool_results(messages: list[Any]) -> int:
+    """Tool results in a conversation of any of the three APIs."""
+    n = 0
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        if m.get("role") == "tool" or str(m.get("type", "")).endswith("call_output"):
+            n += 1
+        elif isinstance(content := m.get("content"), list):
+            n += sum(1 for b in content if isinstance(b, dict) and b.get("type") == "tool_result")
+    return n
 
 
 def _api(name: str) -> Any:

@@ -500,3 +500,40 @@ def test_generated_args_validate_and_violations_fail(schema: dict[str, Any]) -> 
         jsonschema.validate(args, schema)
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(violate(schema, args, rng), schema)
+
+
+async def test_finish_after_ends_the_tool_loop_in_every_api(make_fake: Factory) -> None:
+    """With finish_after=1, a conversation holding a tool result gets text; one without gets a call."""
+    fake = await make_fake(finish_after=1)
+    oai = openai.AsyncOpenAI(base_url=fake.url, api_key="k")
+    first = await oai.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS)
+    call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+    turn: Any = [*MESSAGES, first.choices[0].message.model_dump(exclude_none=True)]
+    turn.append({"role": "tool", "tool_call_id": call.id, "content": "18 C"})
+    second = await oai.chat.completions.create(model="m", messages=turn, tools=TOOLS)
+    assert second.choices[0].message.tool_calls is None and second.choices[0].message.content
+    forced = await oai.chat.completions.create(model="m", messages=turn, tools=TOOLS, tool_choice="required")
+    assert forced.choices[0].message.tool_calls
+
+    fn = [{"type": "function", "name": "search", "parameters": SEARCH_SCHEMA}]
+    items: Any = [
+        {"role": "user", "content": "find it"},
+        {"type": "function_call", "call_id": "c1", "name": "search", "arguments": '{"query": "x"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "found"},
+    ]
+    done = await oai.responses.create(model="m", input=items, tools=fn)
+    assert done.output_text and not [o for o in done.output if o.type == "function_call"]
+
+    ant = anthropic.AsyncAnthropic(base_url=fake.url.removesuffix("/v1"), api_key="k")
+    tools: Any = [{"name": "search", "input_schema": SEARCH_SCHEMA}]
+    msgs: Any = [
+        {"role": "user", "content": "find it"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "search", "input": {"query": "x"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "found"}]},
+    ]
+    message = await ant.messages.create(model="m", max_tokens=64, messages=msgs, tools=tools)
+    assert [b.type for b in message.content] == ["text"] and message.stop_reason == "end_turn"
+    opening = await ant.messages.create(model="m", max_tokens=64, messages=msgs[:1], tools=tools)
+    assert [b.type for b in opening.content] == ["tool_use"]
+    await oai.close()
+    await ant.close()
