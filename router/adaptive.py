@@ -20,16 +20,10 @@ from router.store.base import Store
 log = logging.getLogger("router.adaptive")
 
 
-# Mistakes of answers that fumbled a tool without calling it: not among the tool's `calls`.
-_UNCALLED = ("missing_tool_call", "text_tool_call")
-
-
 def _samples_and_rate(counts: dict[str, Any]) -> tuple[int, float]:
-    """(answers for the tool, share of them with a mistake): answers that called it, plus those
-    that were meant to and did not (else a tool the tier never calls would never be diverted)."""
-    mistakes: dict[str, int] = counts.get("mistakes", {})
-    samples = int(counts["calls"]) + sum(mistakes.get(k, 0) for k in _UNCALLED)
-    return samples, round(sum(mistakes.values()) / samples, 4) if samples else 0.0
+    """(answers for the tool, share of them with a mistake). A tool's answers include those that
+    were meant to call it and did not (else a tool the tier never calls would never be diverted)."""
+    return int(counts["calls"]), float(counts.get("mistake_rate", 0.0))
 
 
 class AdaptiveState:

@@ -21,12 +21,14 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 
 from router.adaptive import AdaptiveState
 from router.api import admin, chat, error_response, messages, responses, responses_ws
+from router.api.access import AccessLog
 from router.errors import Overloaded, Unauthorized, UnknownPath
 from router.escalation import Trace
 from router.lanes import Choice, Lanes
@@ -173,6 +175,7 @@ def create_app(settings: Settings, policy: PolicyHolder | None = None) -> Starle
         routes=routes,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
+        middleware=[Middleware(AccessLog)] if settings.access_log else [],
     )
     app.state.router = router
     return app

@@ -6,7 +6,7 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -28,6 +28,9 @@ def serve(
     log_level: Annotated[str, typer.Option(help="debug | info | warning | error")] = "info",
     ssl_certfile: Annotated[Path | None, typer.Option(help="TLS certificate (serve https/wss)")] = None,
     ssl_keyfile: Annotated[Path | None, typer.Option(help="TLS private key")] = None,
+    access_log: Annotated[
+        bool | None, typer.Option("--access-log/--no-access-log", help="one line per request (default: on)")
+    ] = None,
 ) -> None:
     """Run the proxy. Agents point their OpenAI base URL at http://HOST:PORT/v1."""
     import uvicorn
@@ -37,7 +40,8 @@ def serve(
     from router.settings import Settings
 
     _logging(log_level)
-    settings = Settings(policy=policy, host=host, port=port, store=store, log_level=log_level)
+    flags: dict[str, Any] = {"access_log": access_log} if access_log is not None else {}
+    settings = Settings(policy=policy, host=host, port=port, store=store, log_level=log_level, **flags)
     try:
         asgi = create_app(settings)
     except (PolicyError, ValueError) as exc:
@@ -48,7 +52,7 @@ def serve(
         host=host,
         port=port,
         log_level=log_level,
-        access_log=settings.access_log,
+        access_log=False,  # the app logs each request itself (router/api/access.py), with its tier and route
         ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
         ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
         timeout_graceful_shutdown=5,

@@ -13,7 +13,8 @@
     ├── Overloaded                   503 overloaded_error / overloaded          (Retry-After)
     └── UpstreamError                502 upstream_error / upstream_error        (x-should-retry: false)
         ├── UpstreamTimeout          504 timeout_error / timeout
-        └── UpstreamStatus           the request's fault (400, 413, 422, …) is passed on; else 502
+        ├── UpstreamStatus           the request's fault (400, 413, 422, …) is passed on; else 502
+        └── ChecksFailed             502 upstream_error / checks_failed         (x-should-retry: true)
 
 `to_body()` gives the OpenAI error shape `{"error": {"message", "type", "param", "code"}}`.
 Messages are written by the router, never copied from a traceback, and upstream text is passed
@@ -193,3 +194,11 @@ class UpstreamStatus(UpstreamError):
             body["error"]["type"] = "invalid_request_error"
             body["error"]["code"] = "upstream_rejected"
         return body
+
+
+class ChecksFailed(UpstreamError):
+    """Every attempt's answer failed the checks and none is left: nothing malformed is delivered.
+    A new sample may well pass, so clients are told to retry (their SDKs do, with backoff)."""
+
+    code = "checks_failed"
+    should_retry = True

@@ -1,12 +1,15 @@
 """One call's journey across tiers: which tier to try next, what went wrong, what to tell the client.
 
-The loop itself is tenacity's: `Trace.attempts()` retries while `Escalate` is raised. A `Trace`
-raises `Escalate` only when another attempt is allowed (attempt count and deadline) and useful
-(a stronger tier, or the same tier again after an upstream error); otherwise it accepts the
-answer it has — with its mistakes in the headers — or raises the last upstream error.
+The loop itself is tenacity's: `Trace.attempts()` retries while `Escalate` is raised. Every tier's
+answer is checked, the chain's last one's too. A `Trace` raises `Escalate` while another attempt is
+allowed (attempt count and deadline): the next attempt goes to a stronger tier, or — on the chain's
+last tier — to the same tier again, as a repair (`tool_choice` pinned to the tool the model meant)
+or a fresh sample. When no attempt is left, an answer whose mistakes the policy escalates on is
+never handed to the client: `ChecksFailed` (a retryable 502) is raised instead, unless the policy
+says `escalation.on_exhausted: deliver`.
 
 Backoff (exponential, with jitter) applies only when an upstream error sends the call back to the
-same tier; escalating to another tier is immediate.
+same tier; escalating to another tier or asking again after a mistake is immediate.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 from tenacity.wait import wait_exponential_jitter
 
 from router.call import Call
-from router.errors import UpstreamError
+from router.errors import ChecksFailed, UpstreamError
 from router.lanes import STANDARD_LANE, Choice
 from router.policy.decide import Decision
 from router.policy.model import Policy
-from router.store.base import ESCALATED, Event, RoutedCall
+from router.store.base import ESCALATED, MISTAKEN, Event, RoutedCall
 from router.validate import Mistake
 from router.verify import verify
 
@@ -33,15 +36,15 @@ if TYPE_CHECKING:
     from router.app import Router
 
 
-log = logging.getLogger("router.verify")
+log = logging.getLogger("router.escalation")
 
 
 class Escalate(Exception):
     """Try again: raised inside a tenacity attempt."""
 
-    def __init__(self, mistakes: Sequence[str], same_tier: bool) -> None:
+    def __init__(self, mistakes: Sequence[str], backoff: bool = False) -> None:
         super().__init__(", ".join(mistakes))
-        self.same_tier = same_tier
+        self.backoff = backoff  # an upstream error sends the call back to the same tier: wait first
 
 
 # Mistakes where the model meant an offered tool: pinning tool_choice to it constrains the next try.
@@ -52,7 +55,7 @@ _backoff = wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.2)
 
 def _wait(state: RetryCallState) -> float:
     exc = state.outcome.exception() if state.outcome else None
-    return _backoff(state) if isinstance(exc, Escalate) and exc.same_tier else 0.0
+    return _backoff(state) if isinstance(exc, Escalate) and exc.backoff else 0.0
 
 
 class Trace:
@@ -69,8 +72,10 @@ class Trace:
         self.tried: list[str] = []
         self.mistakes: list[str] = []
         self.repaired = False
+        self.exhausted = False  # every attempt failed the checks (and the answer was refused or delivered)
         self.verdicts: list[str] = []  # "kind:accept|reject|unsure" per verified answer
         self._repair_tool: str | None = None
+        self._repaired_on: set[str] = set()  # tiers that had their one repair
         self._route = next((r for r in policy.routes if r.name == decision.route), None)
         loop = asyncio.get_running_loop()
         self.started = loop.time()
@@ -103,7 +108,7 @@ class Trace:
                 self.router.store.record([Event(last, self.route, kind=ESCALATED, session=self.call.session)])
         self.tried.append(self.tier)
         spec = self._route.verify if self._route else None
-        if spec is not None and spec.kind == "logprobs" and self.checked(self.tier) and not self.call.stream:
+        if spec is not None and spec.kind == "logprobs" and self.verifiable(self.tier) and not self.call.stream:
             body = {**body, "logprobs": True}
         return self.tier, body
 
@@ -111,10 +116,9 @@ class Trace:
     def escalated(self) -> bool:
         return any(t != self.decision.tier for t in self.tried)
 
-    def checked(self, tier: str) -> bool:
-        """Answers of this tier are held and checked before release (all but the chain's last)."""
-        chain = self.policy.escalation.chain
-        return bool(chain) and tier != chain[-1]
+    def verifiable(self, tier: str) -> bool:
+        """A route's verifier judges this tier's calls: a stronger tier is there to answer instead."""
+        return self._stronger(tier) != tier
 
     def _stronger(self, tier: str) -> str:
         chain = self.policy.escalation.chain
@@ -130,25 +134,38 @@ class Trace:
 
     # -- verdicts -----------------------------------------------------------------------------
     def judge(self, tier: str, message: Mapping[str, Any], finish_reason: str | None) -> list[Mistake]:
-        """Check an answer, record it, and raise Escalate if its mistakes warrant another tier."""
+        """Check an answer and record it. Raise Escalate when its mistakes warrant another attempt
+        and one is left, ChecksFailed when none is; return the mistakes the answer is delivered with."""
         found = self.router.validator.check(message, self.call.body, finish_reason=finish_reason)
         tools = [str((c.get("function") or {}).get("name", "")) for c in message.get("tool_calls") or ()]
         self._record(tier, tools, found)
         kinds = [m.kind for m in found]
-        if not (found and self.checked(tier) and set(kinds) & set(self.policy.escalation.on) and self._may_retry()):
+        if not set(kinds) & set(self.policy.escalation.on):
             return found
-        if (tool := self._repairable(found)) is not None:
-            self._repair_tool, self.repaired = tool, True
-            raise Escalate(kinds, same_tier=False)
-        if self._stronger(tier) != tier:
-            raise Escalate(kinds, same_tier=False)
-        return found
+        if self._may_retry():
+            if (tool := self._repairable(tier, found)) is not None:
+                self._repair_tool, self.repaired = tool, True
+                self._repaired_on.add(tier)
+            raise Escalate(kinds)
+        self.exhausted = True
+        if self.policy.escalation.on_exhausted == "deliver":
+            return found
+        log.warning(
+            "route %s: no attempt left after %s (tiers %s); answering with a retryable error",
+            self.route, ",".join(self.mistakes), ",".join(self.tried),
+        )  # fmt: skip
+        self.router.metrics.exhausted.labels(tier, self.route).inc()
+        raise ChecksFailed(
+            f"Every answer failed the router's checks ({', '.join(dict.fromkeys(self.mistakes))}); "
+            "nothing was delivered. Retrying may succeed.",
+            tier=tier,
+        )
 
     async def verify(self, tier: str, body: Mapping[str, Any], choice: Mapping[str, Any]) -> None:
         """Run the route's verifier on a well-formed call of a checked tier; escalate on rejection."""
         spec = self._route.verify if self._route else None
         message = choice.get("message") or {}
-        if spec is None or not self.checked(tier) or not message.get("tool_calls"):
+        if spec is None or not self.verifiable(tier) or not message.get("tool_calls"):
             return
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -161,16 +178,19 @@ class Trace:
         tool = str((message["tool_calls"][0].get("function") or {}).get("name", ""))
         tool = tool if tool in self.call.features.tool_names else ""
         self.mistakes.append("verifier_reject")
-        event = Event(tier, self.route, tool=tool, kind="verifier_reject", session=self.call.session)
-        self.router.store.record([event])
+        s = self.call.session
+        events = [Event(tier, self.route, tool=tool, kind="verifier_reject", session=s)]
+        events += [Event(tier, self.route, tool=t, kind=MISTAKEN, session=s) for t in dict.fromkeys(("", tool))]
+        self.router.store.record(events)
         self.router.metrics.observe_answer(tier, self.route, False, ["verifier_reject"])
         log.debug("route %s: the %s verifier rejected a call of tier %s", self.route, spec.kind, tier)
-        if self._may_retry() and self._stronger(tier) != tier:
-            raise Escalate(["verifier_reject"], same_tier=False)
+        if self._may_retry():
+            raise Escalate(["verifier_reject"])
 
-    def _repairable(self, found: Sequence[Mistake]) -> str | None:
-        """The one offered tool the answer fumbled, if the route asks to repair and has not yet."""
-        if self.repaired or self._route is None or not self._route.repair:
+    def _repairable(self, tier: str, found: Sequence[Mistake]) -> str | None:
+        """The one offered tool the answer fumbled, if this tier may be repaired: once per tier, on
+        a route that asks for it, or on the chain's last tier (where the next try is the same tier)."""
+        if tier in self._repaired_on or not ((self._route and self._route.repair) or self._stronger(tier) == tier):
             return None
         tools = {m.tool for m in found if m.kind in _REPAIRABLE and m.tool}
         offered = self.call.features.tool_names
@@ -184,7 +204,7 @@ class Trace:
         self._record(tier, [], [Mistake(exc.mistake)], answered=False)
         client_fault = getattr(exc, "client_fault", False)
         if not client_fault and exc.mistake in self.policy.escalation.on and self._may_retry():
-            raise Escalate([exc.mistake], same_tier=self._stronger(tier) == tier) from exc
+            raise Escalate([exc.mistake], backoff=self._stronger(tier) == tier) from exc
         raise exc
 
     def hedge_for(self, tier: str) -> tuple[str, float] | None:
@@ -223,16 +243,22 @@ class Trace:
         self.router.shadow.offer(self, tier, message)  # shadow mode (router/shadow.py): maybe, in the background
 
     def _record(self, tier: str, tools: Sequence[str], found: Sequence[Mistake], answered: bool = True) -> None:
+        """Count one attempt of `tier`: a call (failed ones too), each offered tool it called or
+        fumbled, each mistake by kind, and once per call and tool with any mistake (`MISTAKEN`: the
+        stats' mistake rate is the share of calls with at least one)."""
         self.mistakes.extend(m.kind for m in found)
-        s = self.call.session
+        s, r = self.call.session, self.route
         offered = self.call.features.tool_names  # never record names a model made up: unbounded keys
-        events = [Event(tier, self.route, session=s)] if answered else []
-        events += [Event(tier, self.route, tool=t, session=s) for t in tools if t in offered]
-        events += [
-            Event(tier, self.route, tool=m.tool if m.tool in offered else "", kind=m.kind, session=s) for m in found
-        ]
+        called = {t for t in tools if t in offered}
+        fumbled = {m.tool for m in found if m.tool in offered}
+        events = [Event(tier, r, session=s)]
+        events += [Event(tier, r, tool=t, session=s) for t in sorted(called | fumbled)]
+        events += [Event(tier, r, tool=m.tool if m.tool in offered else "", kind=m.kind, session=s) for m in found]
+        if found:
+            events += [Event(tier, r, kind=MISTAKEN, session=s)]
+            events += [Event(tier, r, tool=t, kind=MISTAKEN, session=s) for t in sorted(fumbled)]
         self.router.store.record(events)
-        self.router.metrics.observe_answer(tier, self.route, answered, [m.kind for m in found])
+        self.router.metrics.observe_answer(tier, r, answered, [m.kind for m in found])
 
     # -- what the client is told --------------------------------------------------------------
     def headers(self) -> dict[str, str]:
@@ -242,6 +268,7 @@ class Trace:
             "x-router-escalated": "true" if self.escalated else "false",
             "x-router-mistakes": ",".join(self.mistakes),
             "x-router-repaired": "true" if self.repaired else "false",
+            **({"x-router-exhausted": "true"} if self.exhausted else {}),
             "x-router-lane": self.lane.name,
             **({"x-router-verified": ",".join(self.verdicts)} if self.verdicts else {}),
         }
@@ -256,6 +283,7 @@ class Trace:
                 "mistakes": self.mistakes,
                 "tiers": self.tried,
                 "repaired": self.repaired,
+                "exhausted": self.exhausted,
                 "verified": self.verdicts,
                 "lane": self.lane.name,
             }

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from router.call import Call
 from router.policy.decide import routed_by_policy
 from router.policy.model import AfterAgentError, Policy
-from router.store.base import Event, RoutedCall
+from router.store.base import MISTAKEN, Event, RoutedCall
 
 if TYPE_CHECKING:
     from router.app import Router
@@ -33,8 +33,17 @@ async def sticky_tier(router: Router, call: Call, policy: Policy) -> str | None:
     sticky = rules.sticky_calls if policy.escalation.chain else 0
     failed = [fid async for fid in _failed_calls(router, call, rules)]
     if failed:
+        s = call.session
         router.store.record(
-            [Event(c.tier, c.route, tool=c.tool, kind="agent_reported_error", session=call.session) for c in failed]
+            [
+                event
+                for c in failed
+                for event in (
+                    Event(c.tier, c.route, tool=c.tool, kind="agent_reported_error", session=s),
+                    Event(c.tier, c.route, kind=MISTAKEN, session=s),
+                    *([Event(c.tier, c.route, tool=c.tool, kind=MISTAKEN, session=s)] if c.tool else []),
+                )
+            ]
         )
         router.metrics.observe_agent_errors(failed)
         if sticky:

@@ -30,6 +30,12 @@ class Metrics:
             "router_calls", "Client calls served, by final tier and route", ["tier", "route", "escalated"], registry=r
         )
         self.refused = Counter("router_refused", "Client calls refused, by limit or reason", ["reason"], registry=r)
+        self.exhausted = Counter(
+            "router_exhausted",
+            "Client calls answered with a retryable error: every attempt failed the checks",
+            ["tier", "route"],
+            registry=r,
+        )
         self.ttft = Histogram(
             "router_ttft_seconds",
             "Time to the first byte sent",

@@ -115,7 +115,7 @@ async def _reply(router: Router, trace: Trace, body: dict[str, Any], tier: str) 
 
 async def _chunks(router: Router, trace: Trace, body: dict[str, Any], tier: str) -> AsyncIterator[Chunk]:
     """`tier`'s stream through a gate: content as it comes, the rest once judged."""
-    gate = Gate(hold=trace.checked(tier), tools_offered=bool(trace.call.features.tool_names))
+    gate = Gate(tools_offered=bool(trace.call.features.tool_names))
     upstream = router.upstreams[tier]
     if native := _native(trace, upstream, body):
         source = upstream.stream_native(native, trace.deadline)  # type: ignore[attr-defined]

@@ -68,4 +68,4 @@ class Settings(BaseSettings):
     reload_policy: bool = Field(True, description="watch the policy file and reload it on change")
     warm_up: bool = Field(True, description="open upstream connections at start-up")
     log_level: str = "info"
-    access_log: bool = False
+    access_log: bool = Field(True, description="one info line per request: method, path, status, tier, route, ms")

@@ -1,12 +1,12 @@
 """Streaming without leaking mistakes.
 
-`Gate` sits on one attempt's chunks. On a checked tier, content deltas pass as they arrive while
+`Gate` sits on one attempt's chunks, on every tier: content deltas pass as they arrive while
 tool-call deltas, the finish chunk and usage are held; `message()` assembles the answer for the
 validator, and `release()` gives back the held part once it passed. Text that opens like a call
 written as text (`{`, `[`, a fence or a tag, when tools are offered) is held too, so such a leak
-never reaches the client. On an unchecked tier every chunk passes at once. A chunk that carries a
-tier's native event (`Chunk.native`) is one whole thing of that tier's API: once one of them holds a
-call or the finish, it and every later one are held whole and released as they came.
+never reaches the client. A chunk that carries a tier's native event (`Chunk.native`) is one whole
+thing of that tier's API: once one of them holds a call or the finish, it and every later one are
+held whole and released as they came.
 
 `Joiner` turns chunks from any number of attempts into one stream: one `id`, one role delta, a
 blank line between the text of two attempts. Transports frame the result (SSE, WebSocket events).
@@ -24,9 +24,8 @@ _KEEP = ("id", "object", "created", "model", "system_fingerprint")
 
 
 class Gate:
-    def __init__(self, hold: bool, tools_offered: bool) -> None:
-        self.hold = hold
-        self.hold_text = hold and tools_offered
+    def __init__(self, tools_offered: bool) -> None:
+        self.hold_text = tools_offered
         self.text: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
@@ -43,7 +42,8 @@ class Gate:
             self._template = {k: d[k] for k in _KEEP if k in d}
         choices = d.get("choices")
         if not choices:  # usage-only chunk (stream_options.include_usage)
-            return self._pass_or_hold(chunk, self._tail)
+            self._tail.append(chunk)
+            return []
         choice = choices[0]
         delta = choice.get("delta") or {}
         if fr := choice.get("finish_reason"):
@@ -52,8 +52,6 @@ class Gate:
             self._add_calls(delta["tool_calls"])
         if text := delta.get("content"):
             self.text.append(text)
-        if not self.hold:
-            return [chunk]
         if chunk.native is not None and (self._native_tail or delta.get("tool_calls") or fr):
             self._native_tail = True
             chunk.more = False
@@ -71,12 +69,6 @@ class Gate:
         if text and self._suspect is None and text.strip():
             self._suspect = self.hold_text and text.lstrip().startswith(_SUSPECT_OPENERS)
         return self._flush() if text and self._suspect is False else []
-
-    def _pass_or_hold(self, chunk: Chunk, into: list[Chunk]) -> list[Chunk]:
-        if not self.hold:
-            return [chunk]
-        into.append(chunk)
-        return []
 
     def _flush(self) -> list[Chunk]:
         out, self._held = self._held, []
@@ -102,8 +94,6 @@ class Gate:
 
     def release(self) -> list[Chunk]:
         """After the answer passed: held text, the tool calls (whole), then finish and usage."""
-        if not self.hold:
-            return []
         out = self._flush()
         if self.calls and not self._native_tail:
             calls = [{"index": n, **self.calls[i]} for n, i in enumerate(sorted(self.calls))]

@@ -24,7 +24,7 @@ from router.adaptive import AdaptiveState
 from router.policy.decide import Decision, Features, Live, decide
 from router.policy.model import Policy
 from router.policy.watch import PolicyHolder
-from router.store.base import Event
+from router.store.base import MISTAKEN, Event
 from router.store.memory import MemoryStore
 from router.upstream.fake import FakeConfig, FakeServer
 from tests.conftest import Proxy, policy_text
@@ -262,6 +262,7 @@ def _answers(tier: str, tool: str, n: int, bad: int, age: float = 0.0, route: st
         events += [Event(tier, route, ts=ts), Event(tier, route, tool=tool, ts=ts)]
         if i < bad:
             events.append(Event(tier, route, tool=tool, kind="invalid_json", ts=ts))
+            events += [Event(tier, route, kind=MISTAKEN, ts=ts), Event(tier, route, tool=tool, kind=MISTAKEN, ts=ts)]
     return events
 
 
@@ -279,11 +280,16 @@ async def _refreshed(events: list[Event], rule: dict[str, Any] = RULE) -> dict[t
 
 
 def _uncalled(tier: str, tool: str, n: int, kind: str) -> list[Event]:
-    """`n` answers of `tier` that should have called `tool` and did not (prose / a call as text)."""
-    ts = 0.0
-    return [
-        e for _ in range(n) for e in (Event(tier, "tools", ts=ts), Event(tier, "tools", tool=tool, kind=kind, ts=ts))
+    """`n` answers of `tier` that should have called `tool` and did not (prose / a call as text):
+    recorded as the router does, as answers for that tool, each with a mistake."""
+    one = [
+        Event(tier, "tools", ts=0.0),
+        Event(tier, "tools", tool=tool, ts=0.0),
+        Event(tier, "tools", tool=tool, kind=kind, ts=0.0),
+        Event(tier, "tools", kind=MISTAKEN, ts=0.0),
+        Event(tier, "tools", tool=tool, kind=MISTAKEN, ts=0.0),
     ]
+    return one * n
 
 
 REFRESH_CASES: list[tuple[str, list[Event], dict[tuple[str, str], float]]] = [

@@ -18,6 +18,19 @@ def _json(data: object, status: int = 200) -> Response:
 
 
 @endpoint
+async def root(request: Request) -> Response:
+    """GET and HEAD /: a client's reachability probe, and a pointer for a person."""
+    return _json(
+        {
+            "service": "agent-router",
+            "api": "/v1",
+            "endpoints": ["/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/models"],
+            "health": "/healthz",
+        }
+    )
+
+
+@endpoint
 async def healthz(request: Request) -> Response:
     router = router_of(request)
     holder = router.policy
@@ -76,6 +89,7 @@ async def metrics(request: Request) -> Response:
 
 
 routes = [
+    Route("/", root, methods=["GET"]),  # HEAD too (Starlette adds it to GET routes)
     Route("/healthz", healthz, methods=["GET"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/v1/router/stats", stats, methods=["GET"]),

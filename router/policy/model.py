@@ -219,6 +219,10 @@ class Escalation(Strict):
     max_attempts: int = Field(default=3, ge=1, description="upstream calls per client call, all tiers together")
     deadline: PositiveFloat = Field(default=300.0, description="seconds for the whole call, escalations included")
     after_agent_error: AfterAgentError = AfterAgentError()
+    on_exhausted: Literal["error", "deliver"] = Field(
+        default="error",
+        description="when every attempt failed the checks: answer with a retryable error, or deliver the last answer",
+    )
 
     @property
     def chain(self) -> tuple[str, ...]:

@@ -125,12 +125,12 @@ class RoutedCall:
 @dataclass(slots=True)
 class Counts:
     calls: int = 0
-    mistakes: dict[str, int] = field(default_factory=dict)
+    mistakes: dict[str, int] = field(default_factory=dict)  # by kind: one call may count under several
     escalations: int = 0
+    mistaken: int = 0  # calls with at least one mistake
 
     def to_json(self) -> dict[str, Any]:
-        total = sum(self.mistakes.values())
-        rate = round(total / self.calls, 4) if self.calls else (1.0 if total else 0.0)
+        rate = min(1.0, round(self.mistaken / self.calls, 4)) if self.calls else (1.0 if self.mistaken else 0.0)
         return {
             "calls": self.calls,
             "mistakes": dict(sorted(self.mistakes.items())),
@@ -141,6 +141,9 @@ class Counts:
 
 # Not a mistake: counts a call that left this tier for a stronger one (`escalations` in stats).
 ESCALATED = "escalated"
+# Not a kind either: counts a call (and each tool it fumbled) once when it had any mistake, however
+# many kinds; `mistake_rate` in stats is these over calls.
+MISTAKEN = "mistaken"
 
 # -- shadow samples -------------------------------------------------------------------------------
 # Not mistakes nor answers either: the outcome of one shadow comparison of a route's answer
@@ -196,7 +199,7 @@ LANE_OUTCOMES = ("served", "standard", "capped", "refused", "busy")
 
 def counted_apart(kind: str) -> bool:
     """Kinds that are neither answers nor mistakes: escalations, shadow verdicts, lane outcomes."""
-    return kind == ESCALATED or is_shadow(kind) or kind.startswith(LANE_PREFIX)
+    return kind in (ESCALATED, MISTAKEN) or is_shadow(kind) or kind.startswith(LANE_PREFIX)
 
 
 def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
@@ -217,11 +220,13 @@ def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
             outcomes[outcome] = outcomes.get(outcome, 0) + n
             continue
         targets = [tools.setdefault(tier, {}).setdefault(tool, Counts())] if tool else []
-        if not tool or kind:
+        if not tool or (kind and kind != MISTAKEN):  # a tool's MISTAKEN is its own; the call has one too
             targets += [tiers.setdefault(tier, Counts()), routes.setdefault(route, Counts())]
         for c in targets:
             if kind == ESCALATED:
                 c.escalations += n
+            elif kind == MISTAKEN:
+                c.mistaken += n
             elif kind:
                 c.mistakes[kind] = c.mistakes.get(kind, 0) + n
             else:

@@ -185,15 +185,33 @@ async def test_both_tiers_failing_is_502_within_max_attempts(start_fake_, proxy_
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_max_attempts_one_delivers_the_fast_answer_with_its_mistake(
+async def test_no_attempt_left_is_a_retryable_error_not_a_malformed_call(start_fake_, proxy_, stream: bool) -> None:
+    _fast, full, proxy = await two_tiers(
+        start_fake_, proxy_, broken("invalid_json"), extra="escalation: {to: full, max_attempts: 1}\n"
+    )
+    raw = await post(proxy.url + "/chat/completions", {**TOOL_CALL, "stream": stream})
+    assert_error_body(raw, 502, type_="upstream_error", code="checks_failed")
+    assert raw.headers["x-should-retry"] == "true"
+    assert "invalid_json" in orjson.loads(raw.body)["error"]["message"]
+    assert await fake_requests(full.url) == []
+    metrics = (await get(proxy.base + "/metrics")).body.decode()
+    assert 'router_exhausted_total{route="simple-tool-call",tier="fast"} 1.0' in metrics
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_on_exhausted_deliver_hands_over_the_last_answer_with_its_mistake(
     start_fake_, proxy_, sdk, stream: bool
 ) -> None:
     fast, full, proxy = await two_tiers(
-        start_fake_, proxy_, broken("invalid_json"), extra="escalation: {to: full, max_attempts: 1}\n"
+        start_fake_,
+        proxy_,
+        broken("invalid_json"),
+        extra="escalation: {to: full, max_attempts: 1, on_exhausted: deliver}\n",
     )
     raw = await sdk(proxy.url).chat.completions.with_raw_response.create(**TOOL_CALL, stream=stream)
     h = raw.headers
     assert (h["x-router-tier"], h["x-router-escalated"], h["x-router-mistakes"]) == ("fast", "false", "invalid_json")
+    assert h["x-router-exhausted"] == "true"
     if stream:
         got = await stream_reassembled(raw.parse())
         [call] = got["calls"].values()
@@ -282,9 +300,9 @@ async def test_stats_count_upstream_errors_on_the_failing_tier(start_fake_, prox
     _fast, _full, proxy = await two_tiers(start_fake_, proxy_, FakeConfig(error_rate=1.0))
     await sdk(proxy.url).chat.completions.create(**TOOL_CALL)
     data = await stats_of(proxy)
-    assert data["tiers"] == {"fast": counts(0, {"upstream_error": 1}), "full": counts(1, {})}
+    assert data["tiers"] == {"fast": counts(1, {"upstream_error": 1}), "full": counts(1, {})}
     assert data["tiers"]["fast"]["mistake_rate"] == 1.0
-    assert data["routes"] == {"simple-tool-call": counts(1, {"upstream_error": 1})}
+    assert data["routes"] == {"simple-tool-call": counts(2, {"upstream_error": 1})}
     assert data["tools"] == {"full": {"get_weather": counts(1, {})}}
 
 

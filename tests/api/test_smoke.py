@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import httpx
 import openai
+import pytest
 
 from tests.conftest import policy_text
 
@@ -35,3 +37,42 @@ async def test_text_and_tool_call_json_and_stream(fake, proxy_) -> None:
             calls.setdefault(tc.index, "")
             calls[tc.index] += tc.function.arguments or ""
     assert calls and all(args.startswith("{") for args in calls.values())
+
+
+async def test_root_answers_get_and_head_with_a_pointer_to_v1(fake, proxy_) -> None:
+    """Claude Code probes reachability with HEAD /; a person opening the URL gets a pointer."""
+    proxy = await proxy_(policy_text(fake.url))
+    async with httpx.AsyncClient() as http:
+        head = await http.head(proxy.base + "/")
+        got = await http.get(proxy.base + "/")
+    assert head.status_code == 200 and head.content == b""
+    assert got.status_code == 200 and got.json()["api"] == "/v1"
+
+
+async def test_access_log_has_one_line_per_request(fake, proxy_, caplog) -> None:
+    proxy = await proxy_(policy_text(fake.url, extra="escalation: {to: full}\n"))
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0)
+    with caplog.at_level("INFO", logger="router.access"):
+        await client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}])
+        stream = await client.chat.completions.create(
+            model="auto", messages=[{"role": "user", "content": "weather?"}], tools=TOOLS, stream=True
+        )
+        async for _ in stream:
+            pass
+        with_error = openai.AsyncOpenAI(base_url=proxy.base + "/nowhere", api_key="x", max_retries=0)
+        with pytest.raises(openai.NotFoundError):
+            await with_error.models.list()
+    lines = [r.getMessage() for r in caplog.records if r.name == "router.access"]
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("POST /v1/chat/completions 200 tier=full route=default escalated=false ")
+    assert lines[1].startswith("POST /v1/chat/completions 200 tier=fast route=simple-tool-call escalated=false ")
+    assert lines[2].startswith("GET /nowhere/models 404 tier=- route=- escalated=- ")
+    assert all(line.endswith("ms") for line in lines)
+
+
+async def test_access_log_can_be_turned_off(fake, proxy_, caplog) -> None:
+    proxy = await proxy_(policy_text(fake.url), access_log=False)
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0)
+    with caplog.at_level("INFO", logger="router.access"):
+        await client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}])
+    assert [r for r in caplog.records if r.name == "router.access"] == []

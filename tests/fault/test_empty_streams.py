@@ -40,11 +40,21 @@ async def empty() -> AsyncIterator[str]:
 
 
 @pytest.mark.parametrize("how", ["done-only", "not-sse"])
-async def test_empty_stream_from_the_only_tier_is_not_a_router_failure(empty, proxy_, how: str) -> None:
+async def test_empty_stream_from_the_only_tier_is_a_retryable_error(empty, proxy_, how: str) -> None:
     proxy = await proxy_(policy_text(empty, extra="escalation: {max_attempts: 1}\n"))
     body = {"model": "auto", "messages": [{"role": "user", "content": how}], "stream": True}
     raw = await post(proxy.url + "/chat/completions", body)
     # nothing was sent yet, so the client gets a plain error rather than a stream with no answer
+    assert_error_body(raw, 502, type_="upstream_error", code="checks_failed")
+    assert "empty_response" in orjson.loads(raw.body)["error"]["message"]
+    assert raw.headers.get("x-should-retry") == "true"  # another sample may answer
+
+
+@pytest.mark.parametrize("how", ["done-only", "not-sse"])
+async def test_empty_stream_delivered_is_still_not_a_router_failure(empty, proxy_, how: str) -> None:
+    proxy = await proxy_(policy_text(empty, extra="escalation: {max_attempts: 1, on_exhausted: deliver}\n"))
+    body = {"model": "auto", "messages": [{"role": "user", "content": how}], "stream": True}
+    raw = await post(proxy.url + "/chat/completions", body)
     assert_error_body(raw, 502, type_="upstream_error")
     assert "empty stream" in orjson.loads(raw.body)["error"]["message"]
     assert raw.headers.get("x-should-retry") == "false"

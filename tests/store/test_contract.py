@@ -8,7 +8,7 @@ import time
 import pytest
 
 from router.store import Event, RoutedCall
-from router.store.base import BUCKET_SECONDS, ESCALATED, bucket_of
+from router.store.base import BUCKET_SECONDS, ESCALATED, MISTAKEN, bucket_of
 from tests.store.conftest import StoreFactory
 
 pytestmark = pytest.mark.redis
@@ -17,7 +17,10 @@ EVENTS = [
     *[Event("fast", "simple")] * 4,
     *[Event("fast", "simple", tool="read_file")] * 2,
     Event("fast", "simple", tool="read_file", kind="invalid_json"),
+    Event("fast", "simple", kind=MISTAKEN),
+    Event("fast", "simple", tool="read_file", kind=MISTAKEN),
     Event("fast", "simple", kind="missing_tool_call"),
+    Event("fast", "simple", kind=MISTAKEN),
     *[Event("full", "default")] * 2,
     Event("full", "default", tool="write_file"),
 ]
@@ -66,6 +69,27 @@ async def test_escalations_are_counted_apart_from_mistakes(make_store: StoreFact
     assert stats["routes"]["r"] == {"calls": 2, "mistakes": {}, "mistake_rate": 0.0, "escalations": 1}
 
 
+async def test_mistake_rate_is_the_share_of_calls_with_a_mistake(make_store: StoreFactory) -> None:
+    """One call with two kinds of mistake counts once in the rate, under each kind in `mistakes`."""
+    store = await make_store()
+    store.record(
+        [
+            Event("fast", "r"),
+            Event("fast", "r", tool="t"),
+            Event("fast", "r", tool="t", kind="invalid_json"),
+            Event("fast", "r", tool="t", kind="schema_violation"),
+            Event("fast", "r", kind=MISTAKEN),
+            Event("fast", "r", tool="t", kind=MISTAKEN),
+            Event("fast", "r"),
+        ]
+    )
+    await store.flush()
+    stats = await store.stats()
+    both = {"invalid_json": 1, "schema_violation": 1}
+    assert stats["tiers"]["fast"] == {"calls": 2, "mistakes": both, "mistake_rate": 0.5, "escalations": 0}
+    assert stats["tools"]["fast"]["t"] == {"calls": 1, "mistakes": both, "mistake_rate": 1.0, "escalations": 0}
+
+
 async def test_window_vs_all_time_and_series(make_store: StoreFactory) -> None:
     store = await make_store()
     now = time.time()
@@ -73,6 +97,7 @@ async def test_window_vs_all_time_and_series(make_store: StoreFactory) -> None:
     hour_ago = bucket_of(now - 3600)
     store.record([Event("fast", "r", ts=now)] * 3)
     store.record([Event("fast", "r", kind="timeout", ts=hour_ago + 5)] * 2)
+    store.record([Event("fast", "r", kind=MISTAKEN, ts=hour_ago + 5)] * 2)
     store.record([Event("full", "r", ts=now - 9 * 24 * 3600)])  # older than retention: totals only
     await store.flush()
 
@@ -93,6 +118,7 @@ async def test_window_vs_all_time_and_series(make_store: StoreFactory) -> None:
     assert last_2_h["routes"] == {"r": last_2_h["tiers"]["fast"]}
 
     assert await store.series(now - 7200) == [
+        (float(hour_ago), "fast", "r", "", MISTAKEN, 2),
         (float(hour_ago), "fast", "r", "", "timeout", 2),
         (float(recent), "fast", "r", "", "", 3),
     ]
@@ -100,6 +126,7 @@ async def test_window_vs_all_time_and_series(make_store: StoreFactory) -> None:
     day = 24 * 3600
     assert await store.series(now - 2 * 3600, bucket=day) == sorted(
         [
+            (float(bucket_of(hour_ago, day)), "fast", "r", "", MISTAKEN, 2),
             (float(bucket_of(hour_ago, day)), "fast", "r", "", "timeout", 2),
             (float(bucket_of(recent, day)), "fast", "r", "", "", 3),
         ]

@@ -1,0 +1,52 @@
+"""The access log: one line per request at info level on the `router.access` logger.
+
+    POST /v1/chat/completions 200 tier=fast route=simple-tool-call escalated=false 3.1ms
+
+A pure ASGI middleware, so it sees every request the app answers (errors, refusals and streams
+included, a stream when its last byte is sent) and costs one dict lookup per response start. The
+tier, route and escalation come from the `x-router-*` headers the call was answered with; `-` where
+a request was not routed. A WebSocket connection is one line when it closes (status 101).
+`AGENT_ROUTER_ACCESS_LOG=false` (or `serve --no-access-log`) turns it off.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("router.access")
+
+_WANTED = {b"x-router-tier": "tier", b"x-router-route": "route", b"x-router-escalated": "escalated"}
+
+
+class AccessLog:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or not log.isEnabledFor(logging.INFO):
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        seen: dict[str, Any] = {"status": 101 if scope["type"] == "websocket" else 500}
+
+        async def sending(message: Message) -> None:
+            if message["type"] in ("http.response.start", "websocket.http.response.start"):  # or a WS denial
+                seen["status"] = message["status"]
+                for name, value in message.get("headers", ()):
+                    if (key := _WANTED.get(name)) is not None:
+                        seen[key] = value.decode("latin-1")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            method = scope.get("method", "WS")
+            log.info(
+                "%s %s %s tier=%s route=%s escalated=%s %.1fms",
+                method, scope.get("path", ""), seen["status"], seen.get("tier", "-"), seen.get("route", "-"),
+                seen.get("escalated", "-"), (time.perf_counter() - started) * 1000,
+            )  # fmt: skip
