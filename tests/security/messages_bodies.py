@@ -28,7 +28,8 @@ lanes:
 
 def messages_policy(fast: str, full: str) -> str:
     """`fast` speaks chat completions; `full` and its fast-lane variant are `anthropic/*` tiers."""
-    policy = policy_text(fast, full, extra="escalation: {to: full, max_attempts: 2, on_exhausted: deliver}\n" + LANES)  # see stack.ESCALATE
+    escalate = "escalation: {to: full, max_attempts: 2, on_exhausted: deliver}\n"  # see stack.ESCALATE
+    policy = policy_text(fast, full, extra=escalate + LANES)
     chat = f"  full:\n    model: openai/full-model\n    api_base: {full}\n"
     assert chat in policy
     root = full.removesuffix("/v1")
