@@ -203,7 +203,7 @@ async def test_litellm_tier_takes_no_litellm_arguments_from_a_client(capture, pr
 
 # ------------------------------------------------------------------------------ client auth on every route
 
-PUBLIC = {"/healthz", "/metrics"}  # health checks and Prometheus scrapes need no key (README)
+PUBLIC = {"/", "/healthz", "/metrics"}  # reachability probes, health checks, Prometheus scrapes: no key (README)
 
 
 def app_routes(proxy: Proxy) -> tuple[list[tuple[str, str]], list[str]]:
