@@ -3,7 +3,8 @@
     verdict = await verify(router, spec, tier, body, choice, deadline, stronger)
 
 runs on answers that passed the format checks and hold a tool call (streamed ones too, held until
-the verdict), of a tier with a stronger one after it in the chain (see `Trace.verify`). Each verifier returns a `Verdict`:
+the verdict), of a tier with a stronger one after it in the chain (see `Trace.verify`). Each
+verifier returns a `Verdict`:
 
     judge     ask a tier (default: the escalation tier) a short, output-constrained question —
               JSON {"accept": bool, "reason": str} via `response_format: json_object` — about the
