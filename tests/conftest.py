@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
+import re
 import socket
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -64,6 +66,20 @@ def policy_text(fast_url: str, full_url: str | None = None, *, extra: str = "", 
         store: memory://
     """
     return textwrap.dedent(base) + textwrap.dedent(routes) + textwrap.dedent(extra)
+
+
+_TRANSLATED_TIER = re.compile(r"^\s*model:\s*(?!openai/)[\w.-]+/", re.MULTILINE)
+
+
+def needs_litellm(policy_yaml: str) -> bool:
+    """True when a tier of the policy is served through litellm (`anthropic/*`, `gemini/*`, …)."""
+    return bool(_TRANSLATED_TIER.search(policy_yaml))
+
+
+def skip_without_extras(policy_yaml: str) -> None:
+    """Skip (with the reason) a test whose policy needs an extra that is not installed."""
+    if needs_litellm(policy_yaml) and importlib.util.find_spec("litellm") is None:
+        pytest.skip("a tier of this policy is served through litellm: install the `litellm` extra")
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -135,6 +151,7 @@ async def proxy_(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Proxy]
     running: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
 
     async def start(policy_yaml: str, **settings: Any) -> Proxy:
+        skip_without_extras(policy_yaml)
         path = tmp_path / f"policy-{len(running)}.yaml"
         path.write_text(policy_yaml)
         settings.setdefault("reload_policy", False)

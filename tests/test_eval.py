@@ -172,6 +172,7 @@ def test_summary_rates_and_percentiles() -> None:
 
 
 def test_runs_accumulate_by_label_and_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plot needs the `report` extra")
     for label, acc, share in (("fast", 0.2, 0.0), ("full", 0.4, 1.0), ("fast", 0.3, 0.0)):
         run = Run(label, "u", cases=10, accuracy=acc, full_tier_share=share)
         runs = save(run, tmp_path)

@@ -144,7 +144,7 @@ async def test_qa_reads_samples_kept_in_redis(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    redis_url: str = request.getfixturevalue("redis_base_url")  # the store tests' Redis (DB 15)
+    redis_url: str = request.getfixturevalue("redis_base_url")  # the store tests' own redis-server
     prefix = f"agent-router-test:{uuid.uuid4().hex}:"
     monkeypatch.setenv("AGENT_ROUTER_STORE_PREFIX", prefix)  # as `serve` would have been started
     path = tmp_path / "p.yaml"

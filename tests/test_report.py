@@ -140,6 +140,7 @@ async def test_stats_with_a_client_key(start_fake_: StartFake, proxy_: StartProx
 
 
 async def test_report_writes_html_and_pngs(start_fake_: StartFake, proxy_: StartProxy, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plots need the `report` extra")
     proxy = await _proxy(start_fake_, proxy_)
     await _traffic(proxy, weather=4, read_file=2, text=1)
     out_dir = tmp_path / "report"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import tempfile
 import threading
 import time
@@ -23,13 +24,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import pytest
 import uvicorn
 from starlette.applications import Starlette
 
 from router.app import Router, create_app
 from router.settings import Settings
 from router.upstream.fake import FakeConfig, FakeServer, start_fake
-from tests.conftest import free_socket, policy_text
+from tests.conftest import free_socket, needs_litellm, policy_text
 
 T = TypeVar("T")
 
@@ -68,6 +70,9 @@ class Stack:
         self._dir = tempfile.TemporaryDirectory(prefix="agent-router-stack-")
 
     def __enter__(self) -> Stack:
+        probe = self.policy("http://f/v1", "http://g/v1") if self.policy else policy_text("http://f/v1")
+        if needs_litellm(probe) and importlib.util.find_spec("litellm") is None:
+            pytest.skip("a tier of this policy is served through litellm: install the `litellm` extra")
         self._thread.start()
         if not self._ready.wait(20):
             raise RuntimeError("the proxy stack did not start within 20 s")
