@@ -86,8 +86,9 @@ def chat_body(
     reasoning = request.get("reasoning")
     if isinstance(reasoning, dict) and isinstance(reasoning.get("effort"), str):
         body["reasoning_effort"] = reasoning["effort"]
-    if stream:
+    if stream:  # a Responses stream always ends with usage: ask the chat tier for it
         body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
     return body, new
 
 

@@ -64,7 +64,7 @@ async def stack_(
     async def start(*, bad: bool = False, seed: int = 7) -> Stack:
         fast = await start_fake_(FakeConfig(seed=seed, finish_after=1, bad_tool_rate=BAD_RATE if bad else 0.0))
         full = await start_fake_(FakeConfig(seed=seed + 1, finish_after=1))
-        proxy = await proxy_(policy_text(fast.url, full.url))
+        proxy = await proxy_(policy_text(fast.url, full.url, extra="escalation: {to: full}\n"))
         return Stack(fast, full, proxy)
 
     return start

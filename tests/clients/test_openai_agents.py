@@ -64,7 +64,12 @@ def weather_agent(model: Any) -> tuple[Any, Weather]:
         """Weather for a city."""
         return weather(city)
 
-    agent = agents.Agent(name="forecaster", instructions="Answer with the tool's help.", tools=[get_weather], model=model)
+    # The chat model asks a stream's usage only from OpenAI's own base URL unless told to.
+    settings = agents.ModelSettings(include_usage=True)
+    instructions = "Answer with the tool's help."
+    agent = agents.Agent(
+        name="forecaster", instructions=instructions, tools=[get_weather], model=model, model_settings=settings
+    )
     return agent, weather
 
 
@@ -106,6 +111,8 @@ async def test_agent_tool_round_trip(
     result = await run(agent, streamed)
     assert_tool_round_trip(result, weather)
     assert len(weather.calls) == 1  # the fake ends the loop once it holds one tool result
+    usage = result.context_wrapper.usage  # every transport reports usage (WebSocket mode too)
+    assert usage.requests == 2 and usage.input_tokens > 0 and usage.output_tokens > 0, usage
     stats = await stack.stats()
     assert stats["tiers"]["fast"]["calls"] == 2, stats  # the call, then the answer after the tool result
     assert await stack.escalations() == 0

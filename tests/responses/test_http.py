@@ -72,6 +72,7 @@ async def test_sse_text_events_in_order(fake, proxy_, sdk) -> None:
     done = next(e for e in events if e.type == "response.output_text.done")
     final = events[-1].response
     assert text and done.text == text and final.output_text == text and final.status == "completed"
+    assert final.usage is not None and final.usage.input_tokens > 0 and final.usage.output_tokens > 0
     assert len({e.item_id for e in events if hasattr(e, "item_id")}) == 1
 
 

@@ -158,6 +158,7 @@ def test_chat_body_fields() -> None:
         "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": True},
     }
     assert body["reasoning_effort"] == "low" and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}  # a Responses stream ends with usage
     for dropped in ("store", "include", "metadata", "text", "input", "instructions", "max_output_tokens"):
         assert dropped not in body
 
