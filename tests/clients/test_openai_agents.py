@@ -104,7 +104,11 @@ async def run(agent: Any, streamed: bool) -> Any:
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
 @pytest.mark.parametrize("kind", MODELS)
 async def test_agent_tool_round_trip(
-    stack_: Callable[..., Awaitable[Stack]], model_of: Callable[[str, str], Any], headers: HeaderLog, kind: str, streamed: bool
+    stack_: Callable[..., Awaitable[Stack]],
+    model_of: Callable[[str, str], Any],
+    headers: HeaderLog,
+    kind: str,
+    streamed: bool,
 ) -> None:
     stack = await stack_()
     agent, weather = weather_agent(model_of(kind, stack.proxy.url))
