@@ -17,9 +17,9 @@ from tests.clients.conftest import CALL_TIMEOUT, HeaderLog, Weather, assert_city
 
 pytest.importorskip("langchain_openai", reason="langchain-openai is not installed (the `dev` extra pins it)")
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage  # noqa: E402
-from langchain_core.tools import StructuredTool  # noqa: E402
-from langchain_openai import ChatOpenAI  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import StructuredTool
+from langchain_openai import ChatOpenAI
 
 APIS = ("chat", "responses")
 PROMPT = "What is the weather in Paris? Use the tool."
