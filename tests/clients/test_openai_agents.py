@@ -17,6 +17,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.api.helpers import fake_requests
 from tests.clients.conftest import CALL_TIMEOUT, HeaderLog, Stack, Weather, assert_city_args, assert_final_text
 
 agents = pytest.importorskip("agents", reason="openai-agents is not installed (the `dev` extra pins it)")
@@ -85,10 +86,10 @@ def assert_tool_round_trip(result: Any, weather: Weather) -> None:
     assert_final_text(result.final_output)
 
 
-async def run(agent: Any, streamed: bool) -> Any:
+async def run(agent: Any, streamed: bool, **options: Any) -> Any:
     if not streamed:
-        return await asyncio.wait_for(agents.Runner.run(agent, PROMPT, max_turns=6), CALL_TIMEOUT)
-    result = agents.Runner.run_streamed(agent, PROMPT, max_turns=6)
+        return await asyncio.wait_for(agents.Runner.run(agent, PROMPT, max_turns=6, **options), CALL_TIMEOUT)
+    result = agents.Runner.run_streamed(agent, PROMPT, max_turns=6, **options)
     kinds: set[str] = set()
 
     async def consume() -> None:
@@ -141,3 +142,25 @@ async def test_agent_never_sees_a_malformed_call(
     mistakes = await stack.fast_mistakes()
     assert mistakes, "the fast tier never broke a call: the test proved nothing"
     assert await stack.escalations() == sum(mistakes.values())
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
+@pytest.mark.parametrize("kind", ["responses", "responses_ws"])
+async def test_agent_chains_turns_by_previous_response_id(
+    stack_: Callable[..., Awaitable[Stack]], model_of: Callable[[str, str], Any], kind: str, streamed: bool
+) -> None:
+    """`auto_previous_response_id`: the second turn sends only the tool's output and the first
+    response's id; the router restores the conversation for the chat tier."""
+    stack = await stack_()
+    agent, weather = weather_agent(model_of(kind, stack.proxy.url))
+    result = await run(agent, streamed, auto_previous_response_id=True)
+    assert_tool_round_trip(result, weather)
+    registry = stack.proxy.router.metrics.registry
+    found = sum(
+        registry.get_sample_value("router_response_state_total", {"op": "lookup", "outcome": where}) or 0.0
+        for where in ("connection", "process")
+    )
+    assert found == 1, "the second turn did not continue the first by its id"
+    [_, second] = await fake_requests(stack.fast.url)
+    roles = [m["role"] for m in second["body"]["messages"]]
+    assert roles == ["system", "user", "assistant", "tool"], second["body"]["messages"]
