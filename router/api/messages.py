@@ -51,7 +51,7 @@ def messages_call(raw: bytes, headers: Mapping[str, str], *, count_only: bool = 
             raise ForbiddenField(f"The field {name!r} is not accepted: upstreams are set by the policy.", param=name)
     max_tokens = request.get("max_tokens")
     if not count_only and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
-        raise BadRequest("'max_tokens' is required and must be a positive integer.", param="max_tokens")
+        raise BadRequest("max_tokens: Field required (a positive integer)", param="max_tokens")
     body, failed = chat_body(request)
     native = Native("messages", request, {k: headers[k] for k in FORWARDED_HEADERS if k in headers})
     return Call(body, headers, features_of(body, headers), session_of(body, headers), native, failed)

@@ -8,7 +8,10 @@
     stop_reason(finish_reason)    chat finish reasons → Messages stop reasons (and back: `finish_reason`)
 
 What a chat tier cannot take is left out of what it sees: `thinking` / `redacted_thinking` blocks,
-blocks of server tools (web search results, ...), `cache_control`. An `anthropic/*` tier gets the
+blocks of server tools (web search results, ...), `cache_control`, request fields with no chat
+equivalent (`thinking`, `context_management`, `output_config`, ...), and tools with `defer_loading`
+until a tool search's result references them (`tool_reference`). A mid-conversation `system`
+message becomes a system message in its place. An `anthropic/*` tier gets the
 request unchanged instead (router/upstream/anthropic.py). Anthropic-defined client tools (`bash_*`,
 `text_editor_*`, ...) have no schema in the request; they become functions taking any object.
 """
@@ -59,9 +62,29 @@ def _text_of(content: Any, param: str) -> str:
     if content is None:
         return ""
     if not isinstance(content, list):
-        raise _bad(f"'{param}' must be a string or an array of content blocks.", param)
-    texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
-    return "\n".join(t for t in texts if isinstance(t, str))
+        raise _bad(f"{param}: Input should be a valid string or list of content blocks", param)
+    texts = [_block_text(b) for b in content if isinstance(b, dict)]
+    return "\n".join(t for t in texts if t)
+
+
+def _block_text(block: Mapping[str, Any]) -> str:
+    if block.get("type") == "text" and isinstance(block.get("text"), str):
+        return block["text"]
+    if block.get("type") == "tool_reference" and isinstance(name := block.get("tool_name"), str):
+        return f"Tool {name} is now available."  # a tool search's result: the tool is offered from now on
+    return ""
+
+
+def _referenced(messages: list[Any]) -> set[str]:
+    """Tools a tool search loaded (`tool_reference` blocks in tool results): deferred tools offered."""
+    names: set[str] = set()
+    for m in messages:
+        for block in m.get("content") if isinstance(m, dict) and isinstance(m.get("content"), list) else ():
+            inner = block.get("content") if isinstance(block, dict) and block.get("type") == "tool_result" else None
+            for ref in inner if isinstance(inner, list) else ():
+                if isinstance(ref, dict) and ref.get("type") == "tool_reference":
+                    names.add(str(ref.get("tool_name")))
+    return names
 
 
 def _image_part(block: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -80,7 +103,7 @@ def _image_part(block: Mapping[str, Any]) -> dict[str, Any] | None:
 def _tool_result(block: Mapping[str, Any], param: str) -> dict[str, Any]:
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
-        raise _bad("A 'tool_result' block needs a 'tool_use_id' string.", param)
+        raise _bad(f"{param}.tool_result.tool_use_id: Field required", f"{param}.tool_use_id")
     return {"role": "tool", "tool_call_id": call_id, "content": _text_of(block.get("content"), param)}
 
 
@@ -90,7 +113,7 @@ def _user(content: list[Any], param: str, failed: set[str]) -> list[dict[str, An
     parts: list[dict[str, Any]] = []
     for i, block in enumerate(content):
         if not isinstance(block, dict):
-            raise _bad("Content blocks must be objects.", f"{param}.{i}")
+            raise _bad(f"{param}.{i}: Input should be a valid dictionary", f"{param}.{i}")
         kind = block.get("type")
         if kind == "tool_result":
             out.append(_tool_result(block, f"{param}.{i}"))
@@ -113,12 +136,13 @@ def _assistant(content: list[Any], param: str) -> dict[str, Any]:
     calls: list[dict[str, Any]] = []
     for i, block in enumerate(content):
         if not isinstance(block, dict):
-            raise _bad("Content blocks must be objects.", f"{param}.{i}")
+            raise _bad(f"{param}.{i}: Input should be a valid dictionary", f"{param}.{i}")
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
         elif block.get("type") == "tool_use":
-            if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
-                raise _bad("A 'tool_use' block needs 'id' and 'name' strings.", f"{param}.{i}")
+            for key in ("id", "name"):
+                if not isinstance(block.get(key), str):
+                    raise _bad(f"{param}.{i}.tool_use.{key}: Field required", f"{param}.{i}.{key}")
             arguments = orjson.dumps(block.get("input", {})).decode()
             calls.append(
                 {"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}}
@@ -132,34 +156,45 @@ def _assistant(content: list[Any], param: str) -> dict[str, Any]:
 def _messages(request: Mapping[str, Any], failed: set[str]) -> list[dict[str, Any]]:
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise _bad("'messages' must be a non-empty array of message objects.", "messages")
+        raise _bad("messages: at least one message is required", "messages")
     out: list[dict[str, Any]] = []
     if (system := _text_of(request.get("system"), "system")) != "":
         out.append({"role": "system", "content": system})
     for i, m in enumerate(messages):
         param = f"messages.{i}"
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
-            raise _bad('Each message needs \'role\' "user" or "assistant".', param)
+        if not isinstance(m, dict):
+            raise _bad(f"{param}: Input should be a valid dictionary", param)
+        if m.get("role") == "system":  # a mid-conversation system turn: a system message in its place
+            out.append({"role": "system", "content": _text_of(m.get("content"), f"{param}.content")})
+            continue
+        if m.get("role") not in ("user", "assistant"):
+            raise _bad(f"{param}.role: Input should be 'user', 'assistant' or 'system'", f"{param}.role")
         content = m.get("content")
         if isinstance(content, str):
             out.append({"role": m["role"], "content": content})
         elif isinstance(content, list):
-            out += _user(content, param, failed) if m["role"] == "user" else [_assistant(content, param)]
+            out += (
+                _user(content, f"{param}.content", failed)
+                if m["role"] == "user"
+                else [_assistant(content, f"{param}.content")]
+            )
         else:
-            raise _bad("'content' must be a string or an array of content blocks.", f"{param}.content")
+            raise _bad(f"{param}.content: Input should be a valid string or list of content blocks", f"{param}.content")
     return out
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
+def _tools(tools: Any, loaded: set[str]) -> list[dict[str, Any]]:
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-        raise _bad("'tools' must be an array of tool objects.", "tools")
+        raise _bad("tools: Input should be a valid list", "tools")
     out = []
     for i, tool in enumerate(tools):
         kind = str(tool.get("type") or "custom")
         if kind.startswith(_SERVER_TOOL_TYPES):
             continue  # run by Anthropic's servers: nothing a chat tier could call
+        if tool.get("defer_loading") is True and tool.get("name") not in loaded:
+            continue  # not in the model's context until a tool search returns a reference to it
         if not isinstance(tool.get("name"), str) or not tool["name"]:
-            raise _bad("Each tool needs a 'name' string.", f"tools.{i}.name")
+            raise _bad(f"tools.{i}.name: Field required", f"tools.{i}.name")
         function: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
@@ -170,17 +205,21 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
 def _tool_choice(choice: Any) -> dict[str, Any]:
     """The chat fields of a Messages `tool_choice`."""
     if not isinstance(choice, dict):
-        raise _bad("'tool_choice' must be an object with a 'type'.", "tool_choice")
+        raise _bad("tool_choice: Input should be a valid dictionary", "tool_choice")
     kind = choice.get("type")
     out: dict[str, Any] = {}
     if kind == "tool":
         if not isinstance(choice.get("name"), str):
-            raise _bad("'tool_choice' of type \"tool\" needs a 'name'.", "tool_choice.name")
+            raise _bad("tool_choice.tool.name: Field required", "tool_choice.name")
         out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
     elif kind in ("auto", "any", "none"):
         out["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[kind]
     else:
-        raise _bad("'tool_choice.type' must be one of auto, any, tool, none.", "tool_choice.type")
+        raise _bad(
+            f"tool_choice: Input tag {str(kind)[:40]!r} found using 'type' does not match any of the expected tags: "
+            "'auto', 'any', 'tool', 'none'",
+            "tool_choice.type",
+        )
     if choice.get("disable_parallel_tool_use") is True:
         out["parallel_tool_calls"] = False
     return out
@@ -189,13 +228,13 @@ def _tool_choice(choice: Any) -> dict[str, Any]:
 def chat_body(request: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
     """The chat-completions body of a Messages request, and the tool calls it reports as failed."""
     if not isinstance(request.get("model"), str) or not request["model"]:
-        raise _bad("'model' is required and must be a string.", "model")
+        raise _bad("model: Field required", "model")
     failed: set[str] = set()
     body: dict[str, Any] = {"model": request["model"], "messages": _messages(request, failed)}
     body.update({k: request[k] for k in _COPIED if k in request})
     if isinstance(stop := request.get("stop_sequences"), list) and stop:
         body["stop"] = stop
-    if request.get("tools") is not None and (tools := _tools(request["tools"])):
+    if request.get("tools") is not None and (tools := _tools(request["tools"], _referenced(request["messages"]))):
         body["tools"] = tools
     if request.get("tool_choice") is not None:
         choice = _tool_choice(request["tool_choice"])  # checked even when no tool reaches a chat tier
