@@ -99,6 +99,9 @@ def fake_upstream(
     finish_after: Annotated[
         int, typer.Option(help="answer text once the conversation holds this many tool results (0: never)")
     ] = 0,
+    prefer_tool: Annotated[
+        list[str] | None, typer.Option(help="call this tool when offered (repeatable: the first offered wins)")
+    ] = None,
 ) -> None:
     """Run the deterministic, fault-injecting fake model server (OpenAI-compatible)."""
     from router.upstream.fake import FakeConfig, run_fake
@@ -123,6 +126,7 @@ def fake_upstream(
         reset_before_first_byte=reset_before_first_byte,
         malformed_sse=malformed_sse,
         finish_after=finish_after,
+        prefer_tools=tuple(prefer_tool or ()),
     )
     typer.echo(f"fake upstream on http://{host}:{port}/v1")
     run_fake(config, host, port)

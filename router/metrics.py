@@ -7,7 +7,7 @@ and route for time-to-first-token and total time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -86,6 +86,18 @@ class Metrics:
             registry=r,
         )
         self.shadow_inflight = Gauge("router_shadow_inflight", "Shadow comparisons in flight", registry=r)
+        self.left_out = Counter(  # router/responses/items.py, router/responses/tools.py
+            "router_left_out",
+            "Parts of client requests a chat tier cannot take, left out of what it sees, by API, part and type",
+            ["api", "part", "type"],
+            registry=r,
+        )
+
+    def observe_left_out(self, api: str, counts: Mapping[str, int]) -> None:
+        """`counts`: "part:type" → how many (tool:web_search, item:tool_search_call, ...)."""
+        for key, n in counts.items():
+            part, _, kind = key.partition(":")
+            self.left_out.labels(api, part, kind).inc(n)
 
     def observe_answer(self, tier: str, route: str, answered: bool, kinds: Sequence[str]) -> None:
         if answered:

@@ -1,8 +1,9 @@
 """POST /v1/responses — JSON and SSE (`stream: true`). WebSocket mode is in responses_ws.py.
 
 The request is translated to a chat-completions call and run through the same pipeline as
-/v1/chat/completions; `x-router-*` headers as there. A streamed response's final decision also
-rides on `response.completed` (`"router": {...}`) and in a trailing `: router {json}` comment.
+/v1/chat/completions; `x-router-*` headers as there, and `x-router-dropped-tools` naming the types of
+the client's tools a chat tier cannot run (web_search, ...), which it was not offered. A streamed
+response's final decision also rides on `response.completed` (`"router": {...}`) and in a trailing `: router {json}` comment.
 Responses are remembered (unless `store: false`) for `previous_response_id` in the process cache and
 the store (router/responses/state.py); an unknown id, or one the store cannot look up, is a 400.
 
@@ -43,6 +44,8 @@ async def create(request: Request) -> Response:
         prev = await turns.previous(body, None, state)
         native = turns.passes_through(router.policy.current)
         turn = turns.prepare(body, lower_headers(request), prev, stream=stream, native=native)
+        router.metrics.observe_left_out("responses", turn.left_out)
+        left_out = turns.left_out_headers(turn)
 
         def save(entry: Stored) -> None:
             if turn.store:
@@ -52,11 +55,12 @@ async def create(request: Request) -> Response:
             trace, chunks = await pipeline.stream(router, turn.call)
             admission.to_stream()
             frames = _sse(router, trace, turns.events(turn, trace, chunks, save))
-            headers = {**SSE_HEADERS, **trace.headers()}
+            headers = {**SSE_HEADERS, **trace.headers(), **left_out}
             return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
         trace, response = await turns.complete(router, turn, save)
         router.observe(trace, None)
-        return Response(orjson.dumps(response), headers=trace.headers(), media_type="application/json")
+        headers = {**trace.headers(), **left_out}
+        return Response(orjson.dumps(response), headers=headers, media_type="application/json")
 
 
 def sse_frame(event: Event) -> bytes:

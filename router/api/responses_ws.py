@@ -165,6 +165,7 @@ class Connection:
             prev = await turns.previous(body, self.cache, self.shared)
             native = turns.passes_through(self.router.policy.current)
             turn = turns.prepare(body, self.headers, prev, stream=True, native=native)
+            self.router.metrics.observe_left_out("responses", turn.left_out)
         except RouterError as exc:
             await self.send(error_event(exc))
             return

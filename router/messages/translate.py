@@ -68,8 +68,8 @@ def _text_of(content: Any, param: str) -> str:
 
 
 def _block_text(block: Mapping[str, Any]) -> str:
-    if block.get("type") == "text" and isinstance(block.get("text"), str):
-        return block["text"]
+    if block.get("type") == "text" and isinstance(text := block.get("text"), str):
+        return text
     if block.get("type") == "tool_reference" and isinstance(name := block.get("tool_name"), str):
         return f"Tool {name} is now available."  # a tool search's result: the tool is offered from now on
     return ""
@@ -79,7 +79,8 @@ def _referenced(messages: list[Any]) -> set[str]:
     """Tools a tool search loaded (`tool_reference` blocks in tool results): deferred tools offered."""
     names: set[str] = set()
     for m in messages:
-        for block in m.get("content") if isinstance(m, dict) and isinstance(m.get("content"), list) else ():
+        content = m.get("content") if isinstance(m, dict) else None
+        for block in content if isinstance(content, list) else ():
             inner = block.get("content") if isinstance(block, dict) and block.get("type") == "tool_result" else None
             for ref in inner if isinstance(inner, list) else ():
                 if isinstance(ref, dict) and ref.get("type") == "tool_reference":

@@ -6,6 +6,8 @@
                         response.content_part.done, response.output_item.done
     per function call:  response.output_item.added (function_call),
                         response.function_call_arguments.delta ..., .done, response.output_item.done
+    per freeform call:  response.output_item.added (custom_tool_call), and once its arguments are in:
+                        response.custom_tool_call_input.delta (all of it), .done, response.output_item.done
     response.completed  (response.incomplete when the model hit max_output_tokens or a filter)
 
 A tier that serves Responses itself has its own events forwarded (`feed_native`), renumbered.
@@ -21,7 +23,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from router.errors import RouterError
-from router.responses.translate import function_item, message_item, new_id, response_object, text_part
+from router.responses.items import message_item, new_id, text_part
+from router.responses.tools import ToolMap, freeform_input
+from router.responses.translate import response_object
 
 Event = dict[str, Any]
 _ENVELOPE = frozenset({"response.created", "response.in_progress", "response.queued", "response.completed",
@@ -44,8 +48,11 @@ def error_event(exc: RouterError, sequence_number: int = 0) -> Event:
 
 
 class EventBuilder:
-    def __init__(self, request: Mapping[str, Any], response_id: str, created_at: int) -> None:
+    def __init__(
+        self, request: Mapping[str, Any], response_id: str, created_at: int, tools: ToolMap | None = None
+    ) -> None:
         self.request = request
+        self.tools = tools or ToolMap()
         self.id = response_id
         self.created_at = created_at
         self.seq = 0
@@ -56,6 +63,7 @@ class EventBuilder:
         self._text: dict[str, Any] | None = None  # the open message item
         self._parts: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}  # chunk tool-call index → its item (open or done)
+        self._args: dict[int, str] = {}  # chunk tool-call index → its arguments so far
         self._open_call: int | None = None
         self._native: dict[Any, int] = {}  # a native attempt's output_index → this response's
 
@@ -207,39 +215,37 @@ class EventBuilder:
         if item is None:
             out += self._close_text() + self._close_call()
             call_id = str(call.get("id") or new_id("call"))
-            item = function_item(call_id, str(fn.get("name") or ""), "", status="in_progress")
-            self._calls[index] = item
+            item = self.tools.call_item(
+                call_id, str(fn.get("name") or ""), "", item_id=new_id("fc"), status="in_progress"
+            )
+            self._calls[index], self._args[index] = item, ""
             self._open_call = index
             self.output.append(item)
             out.append(self.event("response.output_item.added", output_index=len(self.output) - 1, item=dict(item)))
         elif fn.get("name") and item["status"] == "in_progress":
             item["name"] += fn["name"]
         if (args := fn.get("arguments")) and item["status"] == "in_progress":
-            item["arguments"] += args
-            out.append(
-                self.event(
-                    "response.function_call_arguments.delta",
-                    item_id=item["id"],
-                    output_index=self.output.index(item),
-                    delta=args,
-                )
-            )
+            self._args[index] += args
+            if item["type"] == "function_call":
+                item["arguments"] += args
+                ids = {"item_id": item["id"], "output_index": self.output.index(item)}
+                out.append(self.event("response.function_call_arguments.delta", **ids, delta=args))
         return out
 
     def _close_call(self) -> list[Event]:
         if self._open_call is None:
             return []
         item = self._calls[self._open_call]
+        args = self._args[self._open_call]
         self._open_call = None
         item["status"] = "completed"
-        index = self.output.index(item)
-        return [
-            self.event(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=index,
-                name=item["name"],
-                arguments=item["arguments"],
-            ),
-            self.event("response.output_item.done", output_index=index, item=item),
-        ]
+        ids = {"item_id": item["id"], "output_index": self.output.index(item)}
+        if item["type"] == "custom_tool_call":
+            item["input"] = text = freeform_input(args)
+            done = [
+                self.event("response.custom_tool_call_input.delta", **ids, delta=text),
+                self.event("response.custom_tool_call_input.done", **ids, input=text),
+            ]
+        else:
+            done = [self.event("response.function_call_arguments.done", **ids, name=item["name"], arguments=args)]
+        return [*done, self.event("response.output_item.done", output_index=ids["output_index"], item=item)]

@@ -17,19 +17,26 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from router.errors import UpstreamError, upstream_text
-from router.responses.translate import items_of
+from router.responses.items import items_of
+from router.responses.tools import ToolMap, freeform_arguments
 from router.upstream.base import Chunk, native_event, token_count
 
 _ROUTER_FIELDS = ("previous_response_id", "type", "generate")  # resolved or used by the router itself
+_CALLS = ("function_call", "custom_tool_call")
+_DELTAS = ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta")
 
 
-def native_body(request: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def native_body(
+    request: Mapping[str, Any], history: Sequence[Mapping[str, Any]], tools: ToolMap | None = None
+) -> dict[str, Any]:
     body = {k: v for k, v in request.items() if k not in _ROUTER_FIELDS}
     if history:
         new = request.get("input")
         new_items = [{"type": "message", "role": "user", "content": new}] if isinstance(new, str) else list(new or ())
-        body["input"] = [*items_of(history), *new_items]
+        body["input"] = [*items_of(history, tools), *new_items]
     body["store"] = False
     return body
 
@@ -51,7 +58,18 @@ def _finish(response: Mapping[str, Any], calls: bool) -> str:
     return "length" if reason == "max_output_tokens" else "content_filter" if reason == "content_filter" else "stop"
 
 
-def completion_of(response: Mapping[str, Any]) -> dict[str, Any]:
+def _function(item: Mapping[str, Any], tools: ToolMap) -> dict[str, str]:
+    """A call item as the chat function call the checks read: the name the chat body knows the tool by."""
+    name = tools.chat_name(item.get("namespace"), str(item.get("name", "")))
+    custom = item.get("type") == "custom_tool_call"
+    return {
+        "name": name,
+        "arguments": freeform_arguments(item.get("input")) if custom else str(item.get("arguments", "")),
+    }
+
+
+def completion_of(response: Mapping[str, Any], tools: ToolMap | None = None) -> dict[str, Any]:
+    tools = tools or ToolMap()
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     for item in response.get("output") or ():
@@ -59,9 +77,8 @@ def completion_of(response: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if item.get("type") == "message":
             texts += [str(p.get("text", "")) for p in item.get("content") or () if isinstance(p, dict)]
-        elif item.get("type") == "function_call":
-            function = {"name": str(item.get("name", "")), "arguments": str(item.get("arguments", ""))}
-            calls.append({"id": str(item.get("call_id", "")), "type": "function", "function": function})
+        elif item.get("type") in ("function_call", "custom_tool_call"):
+            calls.append({"id": str(item.get("call_id", "")), "type": "function", "function": _function(item, tools)})
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
     if calls:
         message["tool_calls"] = calls
@@ -75,13 +92,15 @@ def completion_of(response: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ChatView:
-    def __init__(self, tier: str, secrets: tuple[str, ...]) -> None:
+    def __init__(self, tier: str, secrets: tuple[str, ...], tools: ToolMap | None = None) -> None:
         self.tier = tier
+        self.tools = tools or ToolMap()
         self.secrets = secrets
         self.id = ""
         self.model = ""
         self._calls: dict[int, int] = {}  # output_index of a function_call item → tool-call index
         self._args: set[int] = set()  # tool calls whose arguments have started
+        self._custom: set[int] = set()  # tool calls of freeform tools (arguments: {"input": "..."})
 
     def chunk(self, raw: bytes) -> Chunk:
         event = native_event(raw, self.tier)
@@ -109,18 +128,24 @@ class ChatView:
             return {}, _finish(response, bool(self._calls))
         if kind == "response.output_text.delta":
             return {"content": str(event.get("delta", ""))}, None
-        if kind == "response.output_item.added" and item.get("type") == "function_call" and isinstance(index, int):
+        if kind == "response.output_item.added" and item.get("type") in _CALLS and isinstance(index, int):
             n = self._calls[index] = len(self._calls)
-            function = {"name": str(item.get("name", "")), "arguments": ""}
+            function = {"name": _function(item, self.tools)["name"], "arguments": ""}
+            if item.get("type") == "custom_tool_call":
+                self._custom.add(n)
+                function["arguments"] = '{"input":"'  # the input's pieces follow as a JSON string's
             return {"tool_calls": [{"index": n, "id": str(item.get("call_id", "")), "type": "function",
                                     "function": function}]}, None  # fmt: skip
         found = self._calls.get(index) if isinstance(index, int) else None
         if found is None:
             return {}, None
         n = found
-        if kind == "response.function_call_arguments.delta" and (text := str(event.get("delta") or "")):
+        if kind in _DELTAS and (text := str(event.get("delta") or "")):
             self._args.add(n)
-            return _arguments(n, text), None
+            return _arguments(n, orjson.dumps(text).decode()[1:-1] if n in self._custom else text), None
+        if kind == "response.output_item.done" and n in self._custom:
+            rest = "" if n in self._args else orjson.dumps(str(item.get("input") or "")).decode()[1:-1]
+            return _arguments(n, rest + '"}'), None
         if kind == "response.output_item.done" and n not in self._args:  # a tier that sent no deltas
             self._args.add(n)
             return _arguments(n, str(item.get("arguments") or "{}")), None

@@ -1,11 +1,12 @@
-"""Responses API ↔ chat completions: request fields, input items ↔ messages, tools, output items.
+"""Responses API → chat completions: the request's fields; and the Response object sent back.
 
-    chat_body(request, history)   a Responses request (+ the chat history of its previous response)
-                                  → (chat-completions body, the messages that are new this turn)
-    input_messages(input)         `input` (a string or items) → chat messages
-    items_of(messages)            chat messages → Responses items (the inverse, for output and tests)
-    output_items(message)         one assistant chat message → output items (message, function_call)
+    translate(request, history)   a Responses request (+ the chat history of its previous response)
+                                  → Translation: the chat-completions body, the messages that are new
+                                  this turn, the tool map, what a chat tier does not see
+    chat_body(request, history)   → (body, new messages), the same in short
     response_object(...)          the Response object the client is sent
+
+Items ↔ messages are in router/responses/items.py, tools in router/responses/tools.py.
 
 History is kept as chat messages without `instructions`: as in OpenAI's API, instructions of an
 earlier response are not carried to the next one; each request's own come first as a system message.
@@ -15,12 +16,15 @@ truncation, ...) are dropped; unknown fields pass through untouched, as on the c
 
 from __future__ import annotations
 
-import secrets
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from router.call import FORBIDDEN_FIELDS
 from router.errors import BadRequest, ForbiddenField
+from router.responses.items import CARRIED, input_messages
+from router.responses.tools import ToolMap
 from router.upstream.base import token_count
 
 # Responses fields about the service, not the model: never sent upstream.
@@ -30,15 +34,10 @@ _DROPPED = frozenset(
         "background", "stream", "stream_options", "prompt_cache_key", "prompt_cache_retention",
         "prompt_cache_options", "safety_identifier", "service_tier", "max_tool_calls", "context_management",
         "text", "reasoning", "tools", "tool_choice", "max_output_tokens", "generate", "moderation", "top_logprobs",
+        "client_metadata",
     }
 )  # fmt: skip
 _UNSUPPORTED = ("conversation", "prompt")  # server-side objects this router does not hold
-_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
-_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(16)}"
 
 
 # -- request ----------------------------------------------------------------------------------------
@@ -62,23 +61,49 @@ def check_request(body: Mapping[str, Any]) -> None:
         raise BadRequest("'instructions' must be a string.", param="instructions")
 
 
+@dataclass
+class Translation:
+    """A Responses request as a chat tier takes it.
+
+    `new` is what the history remembers of this request's input: chat messages, and the items no chat
+    message can hold (`additional_tools`, item types unknown here) as `{"role": CARRIED, "item": ...}`
+    entries, which stay out of `body` but reach native tiers again (`items_of`) and keep a chain's
+    tools. `left_out` counts what a chat tier does not see, by "tool:<type>", "item:<type>",
+    "role:<role>", "part:<type>"."""
+
+    body: dict[str, Any]
+    new: list[dict[str, Any]]
+    tools: ToolMap
+    left_out: Counter[str] = field(default_factory=Counter)
+
+
 def chat_body(
     request: Mapping[str, Any], history: Sequence[dict[str, Any]], *, stream: bool
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The chat-completions body of a Responses request, and the messages this request adds."""
+    t = translate(request, history, stream=stream)
+    return t.body, t.new
+
+
+def translate(request: Mapping[str, Any], history: Sequence[dict[str, Any]], *, stream: bool) -> Translation:
     check_request(request)
-    new = input_messages(request.get("input"))
-    messages = [*history, *new]
+    check_tools(request.get("tools"))
+    input_ = request.get("input")
+    carried = [m["item"] for m in history if m.get("role") == CARRIED]
+    tools = ToolMap.of(request.get("tools"), [*carried, *(input_ if isinstance(input_, list) else ())])
+    left_out: Counter[str] = Counter(f"tool:{kind}" for kind in tools.left_out)
+    new = input_messages(input_, tools, left_out)
+    messages = [m for m in (*history, *new) if m.get("role") != CARRIED]
     if isinstance(instructions := request.get("instructions"), str) and instructions:
         messages.insert(0, {"role": "system", "content": instructions})
     if not messages:
         raise BadRequest("'input' is required (no earlier response to continue).", param="input")
     body: dict[str, Any] = {k: v for k, v in request.items() if k not in _DROPPED}
     body["messages"] = messages
-    if (tools := request.get("tools")) is not None and (converted := chat_tools(tools)):
-        body["tools"] = converted
+    if tools.chat_tools:
+        body["tools"] = tools.chat_tools
     if (choice := request.get("tool_choice")) is not None:
-        body["tool_choice"] = chat_tool_choice(choice)
+        body["tool_choice"] = chat_tool_choice(choice, tools)
     if (limit := request.get("max_output_tokens")) is not None:
         body["max_tokens"] = limit
     if (fmt := response_format(request.get("text"))) is not None:
@@ -89,40 +114,44 @@ def chat_body(
     if stream:  # a Responses stream always ends with usage: ask the chat tier for it
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-    return body, new
+    return Translation(body, new, tools, left_out)
+
+
+def check_tools(tools: Any) -> None:
+    """What the published API requires of `tools`: an array of objects with a type, function tools named."""
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise BadRequest("Invalid type for 'tools': expected an array of objects.", param="tools")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+            raise BadRequest(f"Invalid type for 'tools[{i}]': expected an object with a 'type'.", param=f"tools[{i}]")
+        named = isinstance(tool.get("function"), dict) or (isinstance(tool.get("name"), str) and tool["name"])
+        if tool["type"] == "function" and not named:
+            raise BadRequest(f"Missing required parameter: 'tools[{i}].name'.", param=f"tools[{i}].name")
 
 
 def chat_tools(tools: Any) -> list[dict[str, Any]]:
-    """Responses' flat function tools → chat tools (chat-shaped ones pass as they are)."""
-    if not isinstance(tools, list):
-        raise BadRequest("'tools' must be an array of tool objects.", param="tools")
-    out: list[dict[str, Any]] = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
-            raise BadRequest(f"Tool type {kind!r} is not supported; only function tools are.", param=f"tools[{i}]")
-        if isinstance(tool.get("function"), dict):
-            out.append(tool)
-            continue
-        if not isinstance(tool.get("name"), str) or not tool["name"]:
-            raise BadRequest("A function tool needs a 'name'.", param=f"tools[{i}].name")
-        fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
-        out.append({"type": "function", "function": fn})
-    return out
+    """Responses tools → the function tools a chat tier gets (see router/responses/tools.py)."""
+    check_tools(tools)
+    return ToolMap.of(tools).chat_tools
 
 
-def chat_tool_choice(choice: Any) -> Any:
+def chat_tool_choice(choice: Any, tools: ToolMap | None = None) -> Any:
     if choice in ("auto", "none", "required"):
         return choice
     if isinstance(choice, dict):
         kind = choice.get("type")
         if kind == "function" and isinstance(choice.get("function"), dict):
             return choice
-        if kind == "function" and isinstance(choice.get("name"), str):
-            return {"type": "function", "function": {"name": choice["name"]}}
+        if kind in ("function", "custom") and isinstance(choice.get("name"), str):
+            name = (tools or ToolMap()).chat_name(choice.get("namespace"), choice["name"])
+            return {"type": "function", "function": {"name": name}}
         if kind == "allowed_tools" and choice.get("mode") in ("auto", "required"):
             return choice["mode"]
-    raise BadRequest("'tool_choice' must be auto, none, required or a function.", param="tool_choice")
+        if isinstance(kind, str) and kind not in ("function", "custom", "allowed_tools"):
+            return "auto"  # a hosted tool (web_search, ...): not one a chat tier has
+    raise BadRequest("Invalid value for 'tool_choice': expected auto, none, required or a tool.", param="tool_choice")
 
 
 def response_format(text: Any) -> dict[str, Any] | None:
@@ -135,161 +164,6 @@ def response_format(text: Any) -> dict[str, Any] | None:
         keys = ("name", "schema", "strict", "description")
         return {"type": "json_schema", "json_schema": {k: fmt[k] for k in keys if k in fmt}}
     raise BadRequest(f"text.format type {fmt['type']!r} is not supported.", param="text.format")
-
-
-# -- items → messages ---------------------------------------------------------------------------------
-def input_messages(input_: Any) -> list[dict[str, Any]]:
-    """`input` → chat messages. Consecutive function calls (and the assistant text before them) form
-    one assistant message; reasoning items are dropped (chat tiers cannot take them back)."""
-    if input_ is None:
-        return []
-    if isinstance(input_, str):
-        return [{"role": "user", "content": input_}]
-    if not isinstance(input_, list):
-        raise BadRequest("'input' must be a string or an array of items.", param="input")
-    out: list[dict[str, Any]] = []
-    for i, item in enumerate(input_):
-        param = f"input[{i}]"
-        if not isinstance(item, dict):
-            raise BadRequest("Each input item must be an object.", param=param)
-        kind = item.get("type") or ("message" if "role" in item else None)
-        if kind == "message":
-            role = _ROLES.get(str(item.get("role")))
-            if role is None:
-                raise BadRequest(f"Unknown message role {item.get('role')!r}.", param=f"{param}.role")
-            content = _content(item.get("content"), f"{param}.content", flatten=role == "assistant")
-            out.append({"role": role, "content": content})
-        elif kind == "function_call":
-            call = {
-                "id": _str(item, "call_id", param),
-                "type": "function",
-                "function": {"name": _str(item, "name", param), "arguments": str(item.get("arguments") or "")},
-            }
-            last = out[-1] if out else None
-            if last is not None and last["role"] == "assistant":
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            output = item.get("output")
-            content = output if isinstance(output, str) else _content(output, f"{param}.output", flatten=True)
-            out.append({"role": "tool", "tool_call_id": _str(item, "call_id", param), "content": content})
-        elif kind == "reasoning":
-            continue
-        else:
-            raise BadRequest(f"Input item type {kind!r} is not supported.", param=f"{param}.type")
-    return out
-
-
-def _str(item: Mapping[str, Any], key: str, param: str) -> str:
-    value = item.get(key)
-    if not isinstance(value, str) or not value:
-        raise BadRequest(f"'{key}' is required and must be a string.", param=f"{param}.{key}")
-    return value
-
-
-def _content(content: Any, param: str, *, flatten: bool) -> Any:
-    """Message content → chat content: a string when it is all text, else a list of chat parts."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise BadRequest("Content must be a string or an array of parts.", param=param)
-    parts: list[dict[str, Any]] = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in _TEXT_PARTS:
-            parts.append({"type": "text", "text": str(part.get("text") or "")})
-        elif kind == "refusal":
-            parts.append({"type": "text", "text": str(part.get("refusal") or "")})
-        elif kind == "input_image" and isinstance(part.get("image_url"), str) and not flatten:
-            image = {"url": part["image_url"], **({"detail": part["detail"]} if part.get("detail") else {})}
-            parts.append({"type": "image_url", "image_url": image})
-        else:
-            raise BadRequest(f"Content part type {kind!r} is not supported here.", param=f"{param}[{j}]")
-    if all(p["type"] == "text" for p in parts):
-        return "".join(p["text"] for p in parts)
-    return parts
-
-
-# -- messages → items ---------------------------------------------------------------------------------
-def items_of(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Chat messages → Responses input items (system messages become `system` role messages)."""
-    items: list[dict[str, Any]] = []
-    for m in messages:
-        role = m.get("role")
-        if role == "assistant":
-            items += output_items(m)
-        elif role == "tool":
-            items.append({"type": "function_call_output", "call_id": m.get("tool_call_id"), "output": _text(m)})
-        else:
-            content = m.get("content")
-            parts = [{"type": "input_text", "text": content}] if isinstance(content, str) else list(content or ())
-            items.append({"type": "message", "role": role, "content": [_input_part(p) for p in parts]})
-    return items
-
-
-def _input_part(part: Mapping[str, Any]) -> dict[str, Any]:
-    if part.get("type") == "image_url":
-        image = part.get("image_url") or {}
-        return {"type": "input_image", "image_url": image.get("url"), "detail": image.get("detail", "auto")}
-    if part.get("type") == "text":
-        return {"type": "input_text", "text": part.get("text", "")}
-    return dict(part)
-
-
-def _text(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return content if isinstance(content, str) else ""
-
-
-def output_items(message: Mapping[str, Any], *, status: str = "completed") -> list[dict[str, Any]]:
-    """One assistant chat message → a message item (if it has text) and one function_call per call."""
-    items: list[dict[str, Any]] = []
-    if text := _text(message):
-        items.append(message_item(text, status=status))
-    for call in message.get("tool_calls") or ():
-        fn = call.get("function") or {}
-        items.append(
-            function_item(
-                str(call.get("id") or new_id("call")), str(fn.get("name") or ""), str(fn.get("arguments") or "")
-            )
-        )
-    return items
-
-
-def message_item(text: str, *, item_id: str | None = None, status: str = "completed") -> dict[str, Any]:
-    return {
-        "type": "message",
-        "id": item_id or new_id("msg"),
-        "status": status,
-        "role": "assistant",
-        "content": [text_part(text)],
-    }
-
-
-def text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-
-def function_item(
-    call_id: str, name: str, arguments: str, *, item_id: str | None = None, status: str = "completed"
-) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": item_id or new_id("fc"),
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "status": status,
-    }
-
-
-def assistant_message(output: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The chat message for a response's output items (what the history remembers of the answer)."""
-    messages = input_messages([dict(i) for i in output if i.get("type") in ("message", "function_call")])
-    return messages[0] if messages else None
 
 
 # -- the Response object ------------------------------------------------------------------------------

@@ -31,9 +31,11 @@ from router.escalation import Trace
 from router.policy.decide import features_of
 from router.policy.model import Policy
 from router.responses.events import Event, EventBuilder
+from router.responses.items import assistant_message, new_id, output_items
 from router.responses.native import native_body
 from router.responses.state import ResponseCache, ResponseState, Stored, stored
-from router.responses.translate import assistant_message, chat_body, new_id, output_items, response_object
+from router.responses.tools import ToolMap
+from router.responses.translate import response_object, translate
 from router.store.responses import StoreUnreachable
 from router.upstream.base import Chunk, Native
 
@@ -57,9 +59,11 @@ class Turn:
     call: Call
     history: tuple[dict[str, Any], ...]  # messages of the previous response's chain
     new: list[dict[str, Any]]  # messages this request's input adds
+    tools: ToolMap  # the chat names of the client's tools, and back
+    left_out: Mapping[str, int]  # what a chat tier does not see: "tool:web_search" → how many
 
     def remember(self, output: list[dict[str, Any]]) -> Stored:
-        answer = assistant_message(output)
+        answer = assistant_message(output, self.tools)
         parent = self.request.get("previous_response_id")  # it resolved, or there would be no turn
         return stored(self.history, [*self.new, answer] if answer else self.new, self.call.session, parent)
 
@@ -99,12 +103,19 @@ def prepare(
 ) -> Turn:
     """`native`: a tier of the policy serves Responses itself, so the call carries the request too."""
     history = prev.messages if prev is not None else ()
-    body, new = chat_body(request, history, stream=stream)
+    t = translate(request, history, stream=stream)
+    body = t.body
     # the header, else the chain's first response's, else (a first response) `user` or a hash of the opening
     session = session_of(body, headers) if headers.get(SESSION_HEADER) or prev is None else prev.session
-    passed = Native("responses", native_body(request, history), {}) if native else None
+    passed = Native("responses", native_body(request, history, t.tools), {}) if native else None
     call = Call(body, headers, features_of(body, headers), session, passed)
-    return Turn(request, new_id("resp"), int(time.time()), call, history, new)
+    return Turn(request, new_id("resp"), int(time.time()), call, history, t.new, t.tools, dict(t.left_out))
+
+
+def left_out_headers(turn: Turn) -> dict[str, str]:
+    """`x-router-dropped-tools`: the types of the client's tools a chat tier was not offered."""
+    tools = sorted({k.split(":", 1)[1] for k in turn.left_out if k.startswith("tool:")})
+    return {"x-router-dropped-tools": ", ".join(tools)} if tools else {}
 
 
 def passes_through(policy: Policy) -> bool:
@@ -116,7 +127,8 @@ async def complete(router: Router, turn: Turn, save: Save) -> tuple[Trace, dict[
     trace, reply = await pipeline.complete(router, turn.call)
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    output = reply.native["output"] if reply.native is not None else output_items(choice.get("message") or {})
+    message = choice.get("message") or {}
+    output = reply.native["output"] if reply.native is not None else output_items(message, tools=turn.tools)
     response = response_object(
         turn.request,
         turn.id,
@@ -132,7 +144,7 @@ async def complete(router: Router, turn: Turn, save: Save) -> tuple[Trace, dict[
 
 
 def event_builder(turn: Turn) -> EventBuilder:
-    return EventBuilder(turn.request, turn.id, turn.created_at)
+    return EventBuilder(turn.request, turn.id, turn.created_at, turn.tools)
 
 
 async def events(

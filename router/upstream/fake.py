@@ -19,7 +19,8 @@ Endpoints
 
 Answers
   With ``tools`` (and ``tool_choice`` not "none") the answer is one tool call: the named tool when
-  ``tool_choice`` names one (Anthropic: ``{"type": "tool"}``), else a seeded pick. Arguments validate
+  ``tool_choice`` names one (Anthropic: ``{"type": "tool"}``), else the first of ``prefer_tools`` that is
+  offered (steering a real agent to a harmless tool, e.g. Read or Glob), else a seeded pick. Arguments validate
   against the tool's ``parameters`` (see ``fake_tools`` for the supported schema subset). With
   probability ``bad_tool_rates.get(tool, bad_tool_rate)`` the answer is broken in one of ``bad_kinds``:
   invalid_json (truncated arguments), unknown_tool (a name not offered), schema_violation (wrong type or
@@ -105,6 +106,7 @@ class FakeConfig:
     malformed_sse: float = 0.0  # share of streams with a garbage data line
     words: int = 12  # words in a text answer
     finish_after: int = 0  # answer text once the conversation holds this many tool results (0: never)
+    prefer_tools: tuple[str, ...] = ()  # call the first of these that is offered (unless tool_choice names one)
     api_key: str | None = None  # if set, required as Bearer (or x-api-key on /v1/messages)
 
     def __post_init__(self) -> None:
@@ -246,7 +248,7 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     cfg = st.config
     if tools:
         rates, kinds = cfg.bad_tool_rates, cfg.bad_kinds
-        answer = tool_answer(tools, chosen, st.rng, rates, cfg.bad_tool_rate, kinds, plan.bad_kind)
+        answer = tool_answer(tools, chosen, st.rng, rates, cfg.bad_tool_rate, kinds, plan.bad_kind, cfg.prefer_tools)
     else:
         answer = Answer(text=make_text(st.rng, cfg.words))
     if plan.reset:

@@ -336,13 +336,16 @@ def tool_answer(
     default_rate: float,
     kinds: tuple[str, ...],
     forced_kind: str | None,
+    prefer: tuple[str, ...] = (),
 ) -> Answer:
-    """Plan a tool-call answer. Draw order: tool index, bad draw, kind index, args, call id."""
+    """Plan a tool-call answer. Draw order: tool index, bad draw, kind index, args, call id. The tool is
+    `chosen`, else the first of `prefer` that is offered, else the drawn one (the draws are the same)."""
     index = rng.randrange(len(tools))
     bad_draw = rng.random()
     kind_index = rng.randrange(len(kinds)) if kinds else 0
-    if chosen is not None:
-        index = next((i for i, (n, _) in enumerate(tools) if n == chosen), index)
+    names = [n for n, _ in tools]
+    if (wanted := chosen or next((p for p in prefer if p in names), None)) is not None:
+        index = next((i for i, n in enumerate(names) if n == wanted), index)
     name, params = tools[index]
     args = make_args(params, rng)
     call_id = f"call_{rng.getrandbits(96):024x}"

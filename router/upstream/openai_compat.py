@@ -20,6 +20,7 @@ import orjson
 from router.errors import UpstreamError, upstream_text
 from router.policy.model import Tier
 from router.responses.native import ChatView, completion_of
+from router.responses.tools import ToolMap
 from router.upstream.base import Chunk, Native, Reply
 from router.upstream.http import PooledHTTP
 
@@ -74,10 +75,14 @@ class OpenAICompatUpstream(PooledHTTP):
 
     async def complete_native(self, native: Native, deadline: float) -> Reply:
         """A Responses request, passed through (router/responses/native.py)."""
-        return await self.post_json(self.responses_url, self._native_payload(native, False), deadline, _response)
+        tools = ToolMap.of_request(native.body)
+        payload = self._native_payload(native, False)
+        return await self.post_json(
+            self.responses_url, payload, deadline, lambda raw, data: _response(raw, data, tools)
+        )
 
     def stream_native(self, native: Native, deadline: float) -> AsyncIterator[Chunk]:
-        view = ChatView(self.tier, self._secrets)
+        view = ChatView(self.tier, self._secrets, ToolMap.of_request(native.body))
         return self.post_events(self.responses_url, self._native_payload(native, True), deadline, view.chunk)
 
     def _chunk(self, raw: bytes) -> Chunk:
@@ -95,10 +100,10 @@ class OpenAICompatUpstream(PooledHTTP):
         return Chunk(data, raw)
 
 
-def _response(raw: bytes, response: dict[str, Any]) -> Reply:
+def _response(raw: bytes, response: dict[str, Any], tools: ToolMap) -> Reply:
     if not isinstance(response.get("output"), list):
         raise ValueError("a response without an output list")
-    return Reply(completion_of(response), raw, native=response)
+    return Reply(completion_of(response, tools), raw, native=response)
 
 
 def _null_beside_calls(message: Any) -> bool:

@@ -13,7 +13,7 @@ import pytest
 from router.upstream.fake import FakeConfig
 from tests.api.helpers import assert_valid_weather_call, fake_requests, get, post, sse
 from tests.conftest import policy_text
-from tests.responses.conftest import CALL_ITEM, TEXT_ITEM, TOOLS, assert_order, fake_stats
+from tests.responses.conftest import CALL_ITEM, TEXT_ITEM, TOOLS, WEATHER, assert_order, fake_stats
 
 ESCALATE = "escalation: {to: full}\n"
 
@@ -153,17 +153,34 @@ async def test_unknown_previous_id_and_store_false(fake, proxy_, sdk) -> None:
 async def test_bad_requests_are_400_and_never_reach_upstream(fake, proxy_, sdk) -> None:
     proxy = await proxy_(policy_text(fake.url, extra=ESCALATE))
     client = sdk(proxy.url)
+    with pytest.raises(openai.BadRequestError) as err:  # malformed by the published API
+        await client.responses.create(model="auto", input="x", tools=[{"type": "function"}])  # type: ignore[list-item]
+    assert err.value.param == "tools[0].name"
     with pytest.raises(openai.BadRequestError) as err:
-        await client.responses.create(model="auto", input="x", tools=[{"type": "web_search"}])
-    assert err.value.param == "tools[0]"
-    with pytest.raises(openai.BadRequestError) as err:
-        await client.responses.create(model="auto", input=[{"type": "item_reference", "id": "msg_1"}])
-    assert err.value.param == "input[0].type"
+        await client.responses.create(model="auto", input=["not an item"])  # type: ignore[list-item]
+    assert err.value.param == "input[0]"
     raw = await post(proxy.url + "/responses", data=b"{nope")
     assert raw.status == 400 and raw.json()["error"]["code"] == "invalid_json"
     plain_get = await get(proxy.url + "/responses")  # no upgrade: not the WebSocket route
     assert plain_get.status == 405 and set(plain_get.json()) == {"error"}
     assert await fake_requests(fake.url) == []
+
+
+async def test_hosted_tools_and_unknown_items_are_left_out_for_chat_tiers(fake, proxy_, sdk) -> None:
+    """A chat tier cannot run web_search or resolve an item_reference: it sees neither, the client gets
+    its answer, the header names the tool types left out, the metric counts them."""
+    proxy = await proxy_(policy_text(fake.url, extra=ESCALATE))
+    tools = [{"type": "web_search"}, {"type": "code_interpreter", "container": {"type": "auto"}}, WEATHER]
+    items = [{"type": "item_reference", "id": "msg_1"}, {"role": "user", "content": "Weather in Paris?"}]
+    raw = await sdk(proxy.url).responses.with_raw_response.create(model="auto", input=items, tools=tools)
+    assert raw.headers["x-router-dropped-tools"] == "code_interpreter, web_search"
+    assert [i.type for i in raw.parse().output] == ["function_call"]
+    [seen] = await fake_requests(fake.url)
+    assert [t["function"]["name"] for t in seen["body"]["tools"]] == ["get_weather"]
+    assert seen["body"]["messages"] == [{"role": "user", "content": "Weather in Paris?"}]
+    metrics = (await get(proxy.base + "/metrics")).body.decode()
+    assert 'router_left_out_total{api="responses",part="tool",type="web_search"} 1.0' in metrics
+    assert 'router_left_out_total{api="responses",part="item",type="item_reference"} 1.0' in metrics
 
 
 async def test_unauthorized(fake, proxy_, sdk) -> None:

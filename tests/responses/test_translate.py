@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -9,15 +10,8 @@ import pytest
 from router.errors import BadRequest, ForbiddenField
 from router.responses.events import EventBuilder
 from router.responses.state import ResponseCache, ResponseState, stored
-from router.responses.translate import (
-    assistant_message,
-    chat_body,
-    chat_tool_choice,
-    chat_tools,
-    input_messages,
-    items_of,
-    output_items,
-)
+from router.responses.items import CARRIED, assistant_message, input_messages, items_of, output_items
+from router.responses.translate import chat_body, chat_tool_choice, chat_tools
 from router.responses.turn import PreviousResponseNotFound, prepare, previous
 from tests.responses.conftest import CALL_ITEM, TEXT_ITEM, WEATHER, assert_order
 
@@ -99,16 +93,48 @@ def test_assistant_text_then_calls_is_one_message() -> None:
 @pytest.mark.parametrize(
     "bad",
     [
-        [{"type": "item_reference", "id": "x"}],
-        [{"type": "message", "role": "robot", "content": "x"}],
-        [{"type": "function_call", "name": "f", "arguments": "{}"}],  # no call_id
-        [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}],
+        ["not an object"],
+        [{"type": "function_call", "call_id": "c1", "arguments": "{}"}],  # no name
+        [{"role": "user", "content": 7}],
         {"not": "a list"},
     ],
 )
-def test_bad_items_are_400(bad: Any) -> None:
+def test_malformed_items_are_400(bad: Any) -> None:
     with pytest.raises(BadRequest):
         input_messages(bad)
+
+
+def test_items_a_chat_tier_cannot_take_are_carried_or_left_out() -> None:
+    """Never a 400 for what the published API allows: an item_reference, an unknown role, a file part
+    are left out of what a chat tier sees (counted); unknown items stay in the history for native tiers."""
+    left_out: Counter[str] = Counter()
+    items = [
+        {"type": "item_reference", "id": "msg_1"},
+        {"type": "message", "role": "critic", "content": "x"},
+        {"role": "user", "content": [{"type": "input_file", "file_id": "f"}, {"type": "input_text", "text": "hi"}]},
+    ]
+    out = input_messages(items, None, left_out)
+    assert [m for m in out if m["role"] != CARRIED] == [{"role": "user", "content": "hi"}]
+    assert [m["item"] for m in out if m["role"] == CARRIED] == items[:2]
+    assert items_of(out)[:2] == items[:2]  # what a native tier gets back on a chain
+    assert left_out == {"item:item_reference": 1, "role:critic": 1, "part:input_file": 1}
+
+
+def test_calls_and_outputs_without_call_id_are_paired() -> None:
+    """Codex sends outputs carrying `name`/`namespace` and no `call_id`: each pairs with the latest
+    unanswered call of that name, or a call is made up for it."""
+    items = [
+        {"type": "function_call", "name": "wait", "namespace": "functions", "arguments": "{}"},  # no call_id
+        {"type": "function_call_output", "name": "wait", "namespace": "functions", "output": "done"},
+        {"type": "function_call_output", "name": "sleep", "output": "slept"},  # no call at all
+    ]
+    call, result, made_call, made_result = input_messages(items)
+    made_id = call["tool_calls"][0]["id"]
+    assert call["tool_calls"][0]["function"]["name"] == "functions__wait"
+    assert result == {"role": "tool", "tool_call_id": made_id, "content": "done"}
+    assert made_call["tool_calls"][0]["function"]["name"] == "sleep"
+    assert made_result["tool_call_id"] == made_call["tool_calls"][0]["id"] != made_id
+    assert input_messages(items) == [call, result, made_call, made_result]  # the same ids every time
 
 
 def test_tools_and_tool_choice() -> None:
@@ -120,14 +146,16 @@ def test_tools_and_tool_choice() -> None:
     ]
     chat_shaped = {"type": "function", "function": {"name": "f"}}
     assert chat_tools([chat_shaped]) == [chat_shaped]
+    assert chat_tools([{"type": "web_search"}]) == []  # a hosted tool: not one a chat tier can run
     with pytest.raises(BadRequest) as err:
-        chat_tools([{"type": "web_search"}])
-    assert err.value.param == "tools[0]"
+        chat_tools([{"type": "function", "parameters": {}}])  # malformed: no name
+    assert err.value.param == "tools[0].name"
     assert chat_tool_choice({"type": "function", "name": "f"}) == {"type": "function", "function": {"name": "f"}}
     assert chat_tool_choice("required") == "required"
     assert chat_tool_choice({"type": "allowed_tools", "mode": "auto", "tools": []}) == "auto"
+    assert chat_tool_choice({"type": "web_search"}) == "auto"
     with pytest.raises(BadRequest):
-        chat_tool_choice({"type": "web_search"})
+        chat_tool_choice("sometimes")
 
 
 def test_chat_body_fields() -> None:

@@ -72,9 +72,9 @@ async def test_errors_keep_the_socket_open(fake, proxy_, sdk) -> None:
         await conn.send_raw('{"type": "session.update"}')
         [err] = await recv_response(conn)
         assert err.code == "unknown_event" and err.param == "type"
-        await conn.response.create(model="auto", input="x", tools=[{"type": "file_search"}])
+        await conn.response.create(model="auto", input="x", tools=[{"type": "function"}])  # type: ignore[list-item]
         [err] = await recv_response(conn)
-        assert err.code == "invalid_request" and err.param == "tools[0]"
+        assert err.code == "invalid_request" and err.param == "tools[0].name"
         await conn.response.create(model="auto", input="still there?")
         ok = await recv_response(conn)
         assert ok[-1].type == "response.completed"
