@@ -3,7 +3,8 @@
 The request is translated to a chat-completions call and run through the same pipeline as
 /v1/chat/completions; `x-router-*` headers as there, and `x-router-dropped-tools` naming the types of
 the client's tools a chat tier cannot run (web_search, ...), which it was not offered. A streamed
-response's final decision also rides on `response.completed` (`"router": {...}`) and in a trailing `: router {json}` comment.
+response's final decision also rides on `response.completed` (`"router": {...}`) and in a trailing
+`: router {json}` comment.
 Responses are remembered (unless `store: false`) for `previous_response_id` in the process cache and
 the store (router/responses/state.py); an unknown id, or one the store cannot look up, is a 400.
 
