@@ -48,7 +48,8 @@ log = logging.getLogger("router.api.ws")
 
 # Fields of `response.create` that belong to the socket, not to the response (never sent upstream).
 # `stream_id` (OpenAI's lanes) is accepted and ignored: responses on a connection run one at a time.
-_ENVELOPE = ("type", "stream", "generate", "stream_id")
+# `generate` stays in the body (the translation lets a warm-up's input be empty); no tier is sent it.
+_ENVELOPE = ("type", "stream", "stream_id")
 
 
 class UnknownEvent(BadRequest):

@@ -96,7 +96,7 @@ def translate(request: Mapping[str, Any], history: Sequence[dict[str, Any]], *, 
     messages = [m for m in (*history, *new) if m.get("role") != CARRIED]
     if isinstance(instructions := request.get("instructions"), str) and instructions:
         messages.insert(0, {"role": "system", "content": instructions})
-    if not messages:
+    if not messages and request.get("generate") is not False:  # a warm-up (Codex's prewarm) may be empty
         raise BadRequest("'input' is required (no earlier response to continue).", param="input")
     body: dict[str, Any] = {k: v for k, v in request.items() if k not in _DROPPED}
     body["messages"] = messages

@@ -1,0 +1,93 @@
+"""Claude Code and Codex CLI, unmodified and on their default model and features, through the router.
+
+Each CLI runs one small task non-interactively against the router in front of the fake upstream: the
+fake calls a harmless tool, the CLI runs it and sends the result back, the fake then answers text and
+the CLI ends on its own. What must hold: exit code 0, at least two model calls of the conversation
+reached the fake with a tool result in a later one, the final text was printed, and the router
+answered nothing with a 4xx/5xx (nor an `error` event on a WebSocket).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.agents.conftest import Stack, clean_env, cli, run_cli, workdir
+
+pytestmark = [pytest.mark.agents, pytest.mark.timeout(180)]
+
+TASK = "List the files in this directory, then tell me in one sentence what you found."
+
+
+def tool_loop(requests: list[dict[str, Any]]) -> None:
+    """At least two calls, and a later one carries the result of a call the model made."""
+    assert len(requests) >= 2, requests
+    with_result = [b for b in requests[1:] if any(m.get("role") == "tool" for m in b["messages"])]
+    assert with_result, [[m.get("role") for m in b["messages"]] for b in requests]
+    call_ids = {c["id"] for b in with_result for m in b["messages"] for c in m.get("tool_calls") or ()}
+    result_ids = {m["tool_call_id"] for b in with_result for m in b["messages"] if m.get("role") == "tool"}
+    assert result_ids and result_ids <= call_ids  # every result answers a call the tier saw
+
+
+async def test_claude_code(stack: Stack, tmp_path: Path) -> None:
+    claude = cli("claude")
+    home, work = workdir(tmp_path)
+    env = clean_env(home, ANTHROPIC_BASE_URL=stack.base, ANTHROPIC_API_KEY="sk-ant-dummy")
+    code, out, err = await run_cli([str(claude), "-p", TASK, "--output-format", "json"], work, env)
+    assert code == 0, f"exit {code}\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}"
+    result = orjson.loads(out)
+    assert result["type"] == "result" and result["is_error"] is False, result
+    assert isinstance(result["result"], str) and result["result"].strip()  # the final text answer
+    assert result["num_turns"] >= 2
+    assert stack.seen.failures() == []
+    assert any(path == "/v1/messages" for _, path, _ in stack.seen.http)
+    requests = await stack.chat_requests()
+    tool_loop([b for b in requests if b.get("tools")])  # side calls (titles, ...) carry no tools
+    assert any(m["role"] == "system" for b in requests for m in b["messages"][1:])  # mid-conversation system
+
+
+def codex_home(tmp_path: Path, base: str, *, websockets: bool) -> Path:
+    """A CODEX_HOME whose config only points the model provider at the router (and turns analytics
+    and update checks off); the model and every feature stay Codex's defaults."""
+    home = tmp_path / "codex"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f"""model_provider = "router"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[model_providers.router]
+name = "agent-router"
+base_url = "{base}/v1"
+wire_api = "responses"
+env_key = "ROUTER_API_KEY"
+supports_websockets = {"true" if websockets else "false"}
+"""
+    )
+    return home
+
+
+@pytest.mark.parametrize("transport", ["http", "websocket"])
+async def test_codex(stack: Stack, tmp_path: Path, transport: str) -> None:
+    codex = cli("codex")
+    home, work = workdir(tmp_path)
+    config = codex_home(tmp_path, stack.base, websockets=transport == "websocket")
+    last = tmp_path / "last-message.txt"
+    env = clean_env(home, CODEX_HOME=str(config), ROUTER_API_KEY="dummy")
+    argv = [str(codex), "exec", "--skip-git-repo-check", "--output-last-message", str(last), TASK]
+    code, out, err = await run_cli(argv, work, env)
+    assert code == 0, f"exit {code}\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}"
+    final = last.read_text().strip()
+    assert final and final in out  # the final text answer, printed
+    assert stack.seen.failures() == []
+    posts = [path for method, path, _ in stack.seen.http if method == "POST" and path == "/v1/responses"]
+    if transport == "websocket":
+        assert "/v1/responses" in stack.seen.websockets and posts == []
+    else:
+        assert posts and stack.seen.websockets == []
+    tool_loop(await stack.chat_requests())
