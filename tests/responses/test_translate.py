@@ -9,9 +9,10 @@ import pytest
 
 from router.errors import BadRequest, ForbiddenField
 from router.responses.events import EventBuilder
-from router.responses.state import ResponseCache, ResponseState, stored
 from router.responses.items import CARRIED, assistant_message, input_messages, items_of, output_items
-from router.responses.translate import chat_body, chat_tool_choice, chat_tools
+from router.responses.state import ResponseCache, ResponseState, stored
+from router.responses.tools import Offered, ToolMap
+from router.responses.translate import chat_body, chat_tool_choice, chat_tools, translate
 from router.responses.turn import PreviousResponseNotFound, prepare, previous
 from tests.responses.conftest import CALL_ITEM, TEXT_ITEM, WEATHER, assert_order
 
@@ -289,3 +290,147 @@ async def test_chain_keeps_its_session_and_history() -> None:
     with pytest.raises(PreviousResponseNotFound) as err:
         await previous({"previous_response_id": "resp_gone"}, None, state)
     assert err.value.code == "previous_response_not_found" and err.value.http_status == 400
+
+
+# -- what Codex CLI 0.169 sends ---------------------------------------------------------------------------
+SPAWN = {
+    "type": "function",
+    "name": "spawn_agent",
+    "parameters": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+    "strict": False,
+}
+EXEC = {
+    "type": "custom",
+    "name": "exec",
+    "description": "Run JavaScript",
+    "format": {"type": "grammar", "syntax": "lark", "definition": "start: /[\\s\\S]+/"},
+}
+WAIT = {"type": "function", "name": "wait", "parameters": {"type": "object", "properties": {}}}
+
+
+def test_codex_top_level_tools_namespace_web_search_and_output_without_call_id() -> None:
+    """The request that was refused: a namespace tool, web_search, and an output with name/namespace
+    but no call_id (Codex 0.169, default config)."""
+    request = {
+        "model": "gpt-6.1-sol",
+        "tools": [
+            {"type": "namespace", "name": "multi_agent_v1", "description": "", "tools": [SPAWN]},
+            {"type": "web_search", "external_web_access": False},
+            WEATHER,
+        ],
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+            {
+                "type": "function_call",
+                "call_id": "c1",
+                "name": "spawn_agent",
+                "namespace": "multi_agent_v1",
+                "arguments": '{"message":"hi"}',
+            },
+            {"type": "function_call_output", "name": "spawn_agent", "namespace": "multi_agent_v1", "output": "ok"},
+        ],
+    }
+    t = translate(request, [], stream=True)
+    assert [tool["function"]["name"] for tool in t.body["tools"]] == ["multi_agent_v1__spawn_agent", "get_weather"]
+    assert t.left_out == {"tool:web_search": 1}
+    _, call, result = t.body["messages"]
+    assert call["tool_calls"][0]["function"]["name"] == "multi_agent_v1__spawn_agent"
+    assert result == {"role": "tool", "tool_call_id": "c1", "content": "ok"}  # paired with its call
+    # the tier's call goes back under the namespace and name the client offered
+    answer = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c2", "type": "function", "function": {"name": "multi_agent_v1__spawn_agent", "arguments": "{}"}}
+        ],
+    }
+    [item] = output_items(answer, tools=t.tools)
+    assert item["type"] == "function_call" and item["name"] == "spawn_agent"
+    assert item["namespace"] == "multi_agent_v1" and item["call_id"] == "c2"
+
+
+def test_codex_additional_tools_item_custom_exec_and_its_round_trip() -> None:
+    """Codex's responses-lite turn: the tools come in an `additional_tools` input item (namespaces of
+    function and freeform tools); the freeform call goes back as a `custom_tool_call` with its
+    namespace, and its output comes back as `custom_tool_call_output`."""
+    tools_item = {
+        "type": "additional_tools",
+        "id": "at_1",
+        "role": "developer",
+        "tools": [{"type": "namespace", "name": "functions", "description": "", "tools": [EXEC, WAIT]}],
+    }
+    first = {
+        "model": "gpt-6.1-sol",
+        "tool_choice": "auto",
+        "store": False,
+        "client_metadata": {"x": "y"},
+        "input": [tools_item, {"type": "message", "role": "user", "content": "list the files"}],
+    }
+    t = translate(first, [], stream=True)
+    exec_tool, wait_tool = t.body["tools"]
+    assert exec_tool["function"]["name"] == "functions__exec" and wait_tool["function"]["name"] == "functions__wait"
+    assert exec_tool["function"]["parameters"]["required"] == ["input"]
+    assert "start: /[\\s\\S]+/" in exec_tool["function"]["parameters"]["properties"]["input"]["description"]
+    assert "client_metadata" not in t.body and t.left_out == {}
+    assert t.body["messages"] == [{"role": "user", "content": "list the files"}]
+    answer = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "functions__exec", "arguments": '{"input":"1+1"}'}}
+        ],
+    }
+    [item] = output_items(answer, tools=t.tools)
+    assert {k: item[k] for k in ("type", "call_id", "name", "namespace", "input")} == {
+        "type": "custom_tool_call",
+        "call_id": "c1",
+        "name": "exec",
+        "namespace": "functions",
+        "input": "1+1",
+    }
+    # the next turn continues the chain: the tools come from the history, the output pairs with the call
+    history = [*t.new, assistant_message([item], t.tools)]
+    output = {"type": "custom_tool_call_output", "call_id": "c1", "output": "2"}
+    second = translate({"model": "gpt-6.1-sol", "input": [output]}, history, stream=True)
+    assert [tool["function"]["name"] for tool in second.body["tools"]] == ["functions__exec", "functions__wait"]
+    assert second.body["messages"][-2]["tool_calls"][0]["function"] == answer["tool_calls"][0]["function"]
+    assert second.body["messages"][-1] == {"role": "tool", "tool_call_id": "c1", "content": "2"}
+    items = items_of([*history, *second.new], second.tools)  # what a native tier gets on the chain
+    assert items[0] == tools_item and items[-2]["type"] == "custom_tool_call" and items[-2]["namespace"] == "functions"
+    assert items[-1] == output
+
+
+def test_generated_names_stay_short_safe_and_distinct() -> None:
+    long_ns = "mcp__" + "x" * 80
+    tools = [
+        {"type": "function", "name": "a__b"},
+        {"type": "namespace", "name": "a", "tools": [{"type": "function", "name": "b"}]},
+        {"type": "namespace", "name": long_ns, "tools": [{"type": "function", "name": "do.it"}]},
+    ]
+    m = ToolMap.of(tools)
+    names = [t["function"]["name"] for t in m.chat_tools]
+    assert names[0] == "a__b" and names[1] != "a__b" and names[1].startswith("a__b_")
+    assert all(len(n) <= 64 and n.replace("_", "").replace("-", "").isalnum() for n in names)
+    assert len(set(names)) == 3
+    assert m.offered(names[1]) == Offered("function", "b", "a")
+    assert m.offered(names[2]) == Offered("function", "do.it", long_ns)
+
+
+def test_event_builder_streams_a_freeform_call_as_custom_tool_call() -> None:
+    tools = ToolMap.of([{"type": "namespace", "name": "functions", "tools": [EXEC]}])
+    b = EventBuilder({"model": "auto"}, "resp_1", 0, tools)
+    events = b.start()
+    call = {"index": 0, "id": "c1", "type": "function", "function": {"name": "functions__exec", "arguments": '{"in'}}
+    events += b.feed(chunk({"tool_calls": [call]}))
+    events += b.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'put":"ls()"}'}}]}, "tool_calls"))
+    events += b.finish()
+    types = [e["type"] for e in events]
+    assert "response.function_call_arguments.delta" not in types
+    assert types[-4:] == [
+        "response.custom_tool_call_input.delta",
+        "response.custom_tool_call_input.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    [item] = events[-1]["response"]["output"]
+    assert item["type"] == "custom_tool_call" and item["input"] == "ls()" and item["namespace"] == "functions"
