@@ -203,6 +203,101 @@ async def test_sdk_raises_typed_errors(fake, proxy_, sdk) -> None:
     assert ok.content[0].type == "text"
 
 
+# ------------------------------------------------------------------ what Claude Code 2.1 sends
+CLAUDE_CODE_BETA = "claude-code-20250219,interleaved-thinking-2025-05-14,mid-conversation-system-2026-04-07"
+READ = {
+    "name": "Read",
+    "description": "Read a file",
+    "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]},
+}
+DEFERRED = {
+    "name": "WebFetch",
+    "description": "Fetch a URL",
+    "defer_loading": True,
+    "input_schema": {"type": "object", "properties": {"url": {"type": "string"}}},
+}
+CLAUDE_CODE_BODY: dict[str, Any] = {
+    "model": "claude-opus-5-5",
+    "max_tokens": 128000,
+    "system": [{"type": "text", "text": "You are a Claude agent."}],
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "list the files here"}]},
+        {"role": "system", "content": "# Environment\nPrimary working directory: /tmp/x"},  # mid-conversation
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"file_path": "a.txt"}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "is_error": True,
+                    "content": "File does not exist.",
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
+        },
+    ],
+    "tools": [READ, DEFERRED],
+    "thinking": {"type": "adaptive", "display": "omitted"},
+    "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    "output_config": {"effort": "medium"},
+    "metadata": {"user_id": '{"device_id":"d","session_id":"s"}'},
+}
+
+
+async def test_claude_code_request_reaches_a_chat_tier(fake, proxy_) -> None:
+    """The request Claude Code 2.1 sends on its default model, which was refused with "Each message
+    needs 'role' user or assistant": the system message keeps its place, the deferred tool waits for
+    a tool search, fields with no chat equivalent stay out."""
+    proxy = await proxy_(policy_text(fake.url, extra='aliases: {"claude-*": auto}\n'))
+    raw = await post(proxy.base + "/v1/messages", CLAUDE_CODE_BODY, headers={"anthropic-beta": CLAUDE_CODE_BETA})
+    assert raw.status == 200, raw.body
+    [seen] = await fake_requests(fake.url)
+    body = seen["body"]
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "system", "assistant", "tool"]
+    assert body["messages"][2]["content"].startswith("# Environment")
+    assert [t["function"]["name"] for t in body["tools"]] == ["Read"]
+    assert not {"thinking", "context_management", "output_config", "metadata"} & set(body)
+    found = [{"type": "tool_reference", "tool_name": "WebFetch"}]
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": found}]}
+    loaded = {**CLAUDE_CODE_BODY, "messages": [*CLAUDE_CODE_BODY["messages"][:3], result]}
+    assert (await post(proxy.base + "/v1/messages", loaded)).status == 200
+    body = (await fake_requests(fake.url))[-1]["body"]
+    assert [t["function"]["name"] for t in body["tools"]] == ["Read", "WebFetch"]  # found by the tool search
+    assert body["messages"][-1]["content"] == "Tool WebFetch is now available."
+
+
+async def test_claude_code_request_reaches_a_native_tier_unchanged(start_fake_, proxy_) -> None:
+    fast = await start_fake_(FakeConfig(seed=7))
+    claude = await start_fake_(FakeConfig(seed=8, api_key=ANTHROPIC_KEY))
+    proxy = await proxy_(native_policy(fast.url, claude.url.removesuffix("/v1"), claude_is="fast"))
+    raw = await post(proxy.base + "/v1/messages", CLAUDE_CODE_BODY, headers={"anthropic-beta": CLAUDE_CODE_BETA})
+    assert raw.status == 200, raw.body
+    [seen] = await fake_requests(claude.url, path="/v1/messages")
+    assert seen["body"]["messages"] == CLAUDE_CODE_BODY["messages"]  # the system turn too, as it came
+    assert seen["body"]["tools"] == CLAUDE_CODE_BODY["tools"] and seen["body"]["thinking"]["type"] == "adaptive"
+    assert seen["headers"]["anthropic-beta"] == CLAUDE_CODE_BETA
+
+
+@pytest.mark.parametrize(
+    ("messages", "wording"),
+    [
+        ([{"role": "tool", "content": "x"}], "messages.0.role: Input should be 'user', 'assistant' or 'system'"),
+        (["x"], "messages.0: Input should be a valid dictionary"),
+        ([{"role": "user", "content": [{"type": "tool_result"}]}],
+         "messages.0.content.0.tool_result.tool_use_id: Field required"),
+    ],
+)  # fmt: skip
+async def test_malformed_messages_are_worded_as_anthropic_does(fake, proxy_, messages, wording) -> None:
+    proxy = await proxy_(policy_text(fake.url, extra="aliases: {auto: auto}\n"))
+    raw = await post(proxy.base + "/v1/messages", {"model": "auto", "max_tokens": 8, "messages": messages})
+    assert raw.status == 400
+    assert raw.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": wording}}
+
+
 # ------------------------------------------------------------------ an anthropic/* tier: pass-through
 
 
