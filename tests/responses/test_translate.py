@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import orjson
 import pytest
 
 from router.errors import BadRequest, ForbiddenField
 from router.responses.events import EventBuilder
 from router.responses.items import CARRIED, assistant_message, input_messages, items_of, output_items
+from router.responses.native import ChatView, completion_of
 from router.responses.state import ResponseCache, ResponseState, stored
 from router.responses.tools import Offered, ToolMap
 from router.responses.translate import chat_body, chat_tool_choice, chat_tools, translate
@@ -434,3 +436,31 @@ def test_event_builder_streams_a_freeform_call_as_custom_tool_call() -> None:
     ]
     [item] = events[-1]["response"]["output"]
     assert item["type"] == "custom_tool_call" and item["input"] == "ls()" and item["namespace"] == "functions"
+
+
+def test_a_native_tiers_namespaced_and_freeform_calls_are_checked_by_their_chat_names() -> None:
+    """A tier serving Responses answers with `namespace` and `custom_tool_call` items: the checks read
+    them under the names the chat body offers, so they are not mistaken for unknown tools."""
+    request = {"model": "m", "tools": [{"type": "namespace", "name": "functions", "tools": [EXEC, WAIT]}]}
+    tools = ToolMap.of_request(request)
+    response = {"id": "r", "model": "m", "output": [
+        {"type": "function_call", "call_id": "c1", "name": "wait", "namespace": "functions", "arguments": "{}"},
+        {"type": "custom_tool_call", "call_id": "c2", "name": "exec", "namespace": "functions", "input": 'say("hi")'},
+    ]}  # fmt: skip
+    calls = completion_of(response, tools)["choices"][0]["message"]["tool_calls"]
+    assert [c["function"] for c in calls] == [
+        {"name": "functions__wait", "arguments": "{}"},
+        {"name": "functions__exec", "arguments": '{"input":"say(\\"hi\\")"}'},
+    ]
+    view = ChatView("t", (), tools)
+    item = response["output"][1]
+    events = [
+        {"type": "response.output_item.added", "output_index": 0, "item": {**item, "input": ""}},
+        {"type": "response.custom_tool_call_input.delta", "output_index": 0, "delta": 'say("'},
+        {"type": "response.custom_tool_call_input.delta", "output_index": 0, "delta": 'hi")'},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+    ]
+    deltas = [view.chunk(orjson.dumps(e)).data["choices"][0]["delta"] for e in events]
+    assert deltas[0]["tool_calls"][0]["function"]["name"] == "functions__exec"
+    arguments = "".join(d["tool_calls"][0]["function"]["arguments"] for d in deltas)
+    assert orjson.loads(arguments) == {"input": 'say("hi")'}
