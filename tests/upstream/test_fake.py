@@ -537,3 +537,21 @@ async def test_finish_after_ends_the_tool_loop_in_every_api(make_fake: Factory) 
     assert [b.type for b in opening.content] == ["tool_use"]
     await oai.close()
     await ant.close()
+
+
+async def test_prefer_tools_picks_the_first_offered_and_keeps_the_draws(make_fake: Factory) -> None:
+    """prefer_tools steers the call to a named tool when it is offered; the seeded draws are the same,
+    so the rest of the answers do not change; tool_choice still wins."""
+    tools: Any = [{"type": "function", "function": {"name": n, "parameters": SEARCH_SCHEMA}} for n in "abc"]
+    plain, steered = await make_fake(seed=3), await make_fake(seed=3, prefer_tools=("zzz", "c", "b"))
+    names, ids = [], []
+    for fake in (plain, steered):
+        async with openai.AsyncOpenAI(base_url=fake.url, api_key="k") as oai:
+            answers = [await oai.chat.completions.create(model="m", messages=MESSAGES, tools=tools) for _ in range(3)]
+            calls = [a.choices[0].message.tool_calls[0] for a in answers]  # type: ignore[index]
+            names.append([c.function.name for c in calls])  # type: ignore[union-attr]
+            ids.append([c.id for c in calls])
+            chosen = {"type": "function", "function": {"name": "a"}}
+            forced = await oai.chat.completions.create(model="m", messages=MESSAGES, tools=tools, tool_choice=chosen)  # type: ignore[arg-type]
+            assert forced.choices[0].message.tool_calls[0].function.name == "a"  # type: ignore[index,union-attr]
+    assert names[1] == ["c", "c", "c"] and ids[0] == ids[1]
