@@ -40,7 +40,7 @@ from router.settings import Settings
 from router.shadow import Shadower
 from router.store import Store, StoreOptions, open_store
 from router.store.base import LANE_PREFIX, Event
-from router.upstream import Upstreams
+from router.upstream import Limits, Upstreams
 from router.validate import Validator
 from router.verify import VerdictCache
 
@@ -52,10 +52,11 @@ class Router:
         self.settings = settings
         self.policy = policy
         self.store = store
-        self.upstreams = Upstreams(warm=settings.warm_up)
+        self.metrics = Metrics()
+        limits = Limits(settings.upstream_max_body_bytes, settings.upstream_max_answer_chars, self.metrics.tripped)
+        self.upstreams = Upstreams(warm=settings.warm_up, limits=limits)
         self.validator = Validator()
         self.verdicts = VerdictCache()  # judge verdicts by (call, context) hash, bounded LRU
-        self.metrics = Metrics()
         self.shadow = Shadower(settings, self.metrics)  # a route's `shadow` option (router/shadow.py)
         self.adaptive = AdaptiveState(store, policy)
         self.lanes = Lanes(self._count_lane)  # calls in flight per lane, lane views of the policy

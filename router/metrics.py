@@ -36,6 +36,14 @@ class Metrics:
             ["tier", "route"],
             registry=r,
         )
+        self.limits = Counter(  # router/settings.py: the limits against slow, silent and hostile peers
+            "router_limits_tripped",
+            "Limits that tripped (header_timeout, header_too_large, body_timeout, connections_evicted, "
+            "connections_refused, idle_closed, client_gone, upstream_body, upstream_answer, schema_too_costly, "
+            "shutdown_cut)",
+            ["limit"],
+            registry=r,
+        )
         self.ttft = Histogram(
             "router_ttft_seconds",
             "Time to the first byte sent",
@@ -117,6 +125,9 @@ class Metrics:
         self.calls.labels(tier, route, "true" if escalated else "false").inc()
         self.ttft.labels(tier, route).observe(ttft)
         self.total.labels(tier, route).observe(total)
+
+    def tripped(self, limit: str) -> None:
+        self.limits.labels(limit).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -65,6 +65,31 @@ class Settings(BaseSettings):
         256 * 1024, ge=1024, description="requests larger than this (as JSON) are not shadowed: samples stay small"
     )
 
+    # limits against slow, silent and hostile peers (router/connections.py, api/__init__.py, upstream/http.py);
+    # each one that trips counts in router_limits_tripped{limit} on /metrics
+    max_connections: int = Field(
+        0, ge=0, description="open client connections; beyond it an idle one is closed, else 503 (0: ¾ of the fd limit)"
+    )
+    header_timeout: float = Field(10.0, gt=0, description="seconds to receive a request's headers → closed")
+    max_header_bytes: int = Field(64 * 1024, ge=1024, description="bytes of request line and headers → 431, closed")
+    body_timeout: float = Field(60.0, gt=0, description="seconds to receive a request's body → 408, closed")
+    keep_alive_timeout: float = Field(5.0, gt=0, description="seconds an idle keep-alive connection stays open")
+    upstream_max_body_bytes: int = Field(
+        32 * 1024 * 1024, ge=1024, description="an upstream JSON answer or SSE event over this → upstream error"
+    )
+    upstream_max_answer_chars: int = Field(
+        16 * 1024 * 1024, ge=1024, description="characters of text and tool-call arguments one stream may carry"
+    )
+    max_schema_bytes: int = Field(
+        256 * 1024, ge=1024, description="a tool schema bigger than this (as JSON) → 400: too costly to check"
+    )
+    max_pattern_bytes: int = Field(
+        1024 * 1024, ge=1024, description="compiled size of one schema regex over this → 400: too costly to check"
+    )
+    shutdown_grace: float = Field(
+        5.0, gt=0, description="seconds calls may finish after SIGTERM; streams still open then get an error ending"
+    )
+
     reload_policy: bool = Field(True, description="watch the policy file and reload it on change")
     warm_up: bool = Field(True, description="open upstream connections at start-up")
     log_level: str = "info"

@@ -27,7 +27,7 @@ class Gate:
     def __init__(self, tools_offered: bool) -> None:
         self.hold_text = tools_offered
         self.text: list[str] = []
-        self.calls: dict[int, dict[str, Any]] = {}
+        self.calls: dict[int, _Call] = {}  # by tool-call index
         self.finish_reason: str | None = None
         self._held: list[Chunk] = []  # role-only and suspect-text chunks, in order
         self._tail: list[Chunk] = []  # finish and usage chunks
@@ -77,26 +77,32 @@ class Gate:
     def _add_calls(self, deltas: list[dict[str, Any]]) -> None:
         for i, tc in enumerate(deltas):
             idx = tc.get("index", i)
-            call = self.calls.setdefault(idx, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+            call = self.calls.get(idx)
+            if call is None:
+                call = self.calls[idx] = _Call()
             if tc.get("id"):
-                call["id"] = tc["id"]
+                call.id = tc["id"]
             fn = tc.get("function") or {}
             if fn.get("name"):
-                call["function"]["name"] += fn["name"]
+                call.name.append(fn["name"])
             if fn.get("arguments"):
-                call["function"]["arguments"] += fn["arguments"]
+                call.arguments.append(fn["arguments"])
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The calls so far, each one's name and arguments joined once."""
+        return [self.calls[i].whole() for i in sorted(self.calls)]
 
     def message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
         if self.calls:
-            msg["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+            msg["tool_calls"] = self.tool_calls()
         return msg
 
     def release(self) -> list[Chunk]:
         """After the answer passed: held text, the tool calls (whole), then finish and usage."""
         out = self._flush()
         if self.calls and not self._native_tail:
-            calls = [{"index": n, **self.calls[i]} for n, i in enumerate(sorted(self.calls))]
+            calls = [{"index": n, **call} for n, call in enumerate(self.tool_calls())]
             out.append(self._synth({"tool_calls": calls}))
         out += self._tail
         self._tail = []
@@ -107,6 +113,21 @@ class Gate:
     def _synth(self, delta: dict[str, Any]) -> Chunk:
         data = {**(self._template or {}), "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
         return Chunk(data)
+
+
+class _Call:
+    """A streamed tool call: its name and arguments as the parts that came (joined once, in `whole`)."""
+
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name: list[str] = []
+        self.arguments: list[str] = []
+
+    def whole(self) -> dict[str, Any]:
+        function = {"name": "".join(self.name), "arguments": "".join(self.arguments)}
+        return {"id": self.id, "type": "function", "function": function}
 
 
 def _with(chunk: Chunk, delta: dict[str, Any], finish_reason: str | None) -> Chunk:

@@ -7,22 +7,22 @@ import asyncio
 import logging
 
 from router.policy.model import Policy, Tier
-from router.upstream.base import Chunk, Reply, Upstream
+from router.upstream.base import Chunk, Limits, Reply, Upstream
 
-__all__ = ["Chunk", "Reply", "Upstream", "Upstreams", "build_upstream"]
+__all__ = ["Chunk", "Limits", "Reply", "Upstream", "Upstreams", "build_upstream"]
 
 log = logging.getLogger("router.upstream")
 
 
-def build_upstream(name: str, tier: Tier) -> Upstream:
+def build_upstream(name: str, tier: Tier, limits: Limits | None = None) -> Upstream:
     if tier.provider == "openai":
         from router.upstream.openai_compat import OpenAICompatUpstream
 
-        return OpenAICompatUpstream(name, tier)
+        return OpenAICompatUpstream(name, tier, limits)
     if tier.provider == "anthropic":
         from router.upstream.anthropic import AnthropicUpstream
 
-        return AnthropicUpstream(name, tier)
+        return AnthropicUpstream(name, tier, limits)
     from router.upstream.litellm_adapter import LitellmUpstream
 
     return LitellmUpstream(name, tier)
@@ -31,8 +31,9 @@ def build_upstream(name: str, tier: Tier) -> Upstream:
 class Upstreams:
     """tier name → started upstream client. `apply()` swaps in a new policy's tiers."""
 
-    def __init__(self, warm: bool = True) -> None:
+    def __init__(self, warm: bool = True, limits: Limits | None = None) -> None:
         self._warm = warm
+        self._limits = limits  # what a pooled tier may send (router/upstream/http.py)
         self._clients: dict[str, Upstream] = {}
         self._configs: dict[str, Tier] = {}
         self._retired: list[Upstream] = []
@@ -46,7 +47,7 @@ class Upstreams:
         """Start clients for new or changed tiers, close those that went away or changed."""
         stale = [n for n, cfg in self._configs.items() if policy.models.get(n) != cfg]
         fresh = {n: t for n, t in policy.models.items() if self._configs.get(n) != t}
-        started = {name: build_upstream(name, tier) for name, tier in fresh.items()}
+        started = {name: build_upstream(name, tier, self._limits) for name, tier in fresh.items()}
         await asyncio.gather(*(c.start(warm=self._warm) for c in started.values()))
         old = [self._clients[n] for n in stale]
         for name in stale:

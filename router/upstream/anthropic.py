@@ -21,7 +21,7 @@ import orjson
 from router.errors import UpstreamError, upstream_text
 from router.messages.translate import chat_message, finish_reason
 from router.policy.model import Tier
-from router.upstream.base import Chunk, Native, Reply, native_event
+from router.upstream.base import Chunk, Limits, Native, Reply, native_event
 from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
 
@@ -33,8 +33,8 @@ FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 class AnthropicUpstream(PooledHTTP):
     dialects = frozenset({"messages"})
 
-    def __init__(self, tier: str, config: Tier) -> None:
-        super().__init__(tier, config)
+    def __init__(self, tier: str, config: Tier, limits: Limits | None = None) -> None:
+        super().__init__(tier, config, limits)
         base = (config.api_base or ANTHROPIC_API).rstrip("/")
         self.url, self.warm_url = base + "/v1/messages", base + "/v1/models"
         self._headers.update({"accept": "application/json, text/event-stream", "anthropic-version": ANTHROPIC_VERSION})

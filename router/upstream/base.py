@@ -14,13 +14,22 @@ whose `.mistake` names the mistake kind to record. Nothing an upstream raises ca
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
 from router.errors import UpstreamError
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on what a tier may send (router/settings.py); `tripped(limit)` counts each one hit."""
+
+    max_body_bytes: int = 32 * 1024 * 1024  # a JSON answer, or one SSE event
+    max_answer_chars: int = 16 * 1024 * 1024  # text + tool-call names and arguments of one stream
+    tripped: Callable[[str], None] = lambda limit: None
 
 
 @dataclass(slots=True)

@@ -50,6 +50,8 @@ Per-request override header ``x-fake-fault`` (comma-separated, any combination):
   ``bad-tool:<kind>``       break the tool call with that kind (needs ``tools``)
   ``slow-first-token:<ms>`` streams: delay before the first event; JSON answers: extra delay
   ``delay:<ms>``            delay before the response headers
+  ``endless``               an answer that never ends: a JSON body, or a chat stream of one tool call
+                            whose arguments (text, without tools) go on until the peer leaves
 
 Rate knobs (``FakeConfig``): ``error_rate`` (HTTP 500), ``reset_before_first_byte``, ``reset_mid_stream``,
 ``malformed_sse``, ``bad_tool_rate``/``bad_tool_rates``; a forced header fault adds to them.
@@ -71,7 +73,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from router.upstream.fake_faults import Plan, plan_of
+from router.upstream.fake_faults import Plan, plan_of, send_endless
 from router.upstream.fake_responses import MALFORMED_RESPONSES, response_events, response_object, responses_tools
 from router.upstream.fake_tools import BAD_KINDS, Answer, make_text, tool_answer
 from router.upstream.fake_wire import (
@@ -108,6 +110,7 @@ class FakeConfig:
     finish_after: int = 0  # answer text once the conversation holds this many tool results (0: never)
     prefer_tools: tuple[str, ...] = ()  # call the first of these that is offered (unless tool_choice names one)
     api_key: str | None = None  # if set, required as Bearer (or x-api-key on /v1/messages)
+    endless: bool = False  # every answer never ends (as the ``endless`` fault)
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.bad_kinds if k not in BAD_KINDS]
@@ -260,6 +263,8 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
         await asyncio.sleep(delay / 1000)
     if plan.status:
         return _error(plan.status, f"fake upstream: injected HTTP {plan.status}", anthropic)
+    if plan.endless:
+        return await send_endless(request, stream, answer.tool_name)
     model = body.get("model")
     model = model if isinstance(model, str) else cfg.model
     prompt, completion = prompt_tokens(body), len(answer.text or answer.tool_args or "") // 4 + 1

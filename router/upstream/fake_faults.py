@@ -3,9 +3,13 @@ config's seeded rates (``router.upstream.fake`` documents both)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
 
 from router.upstream.fake_tools import BAD_KINDS
 
@@ -22,11 +26,12 @@ class Plan:
     bad_kind: str | None = None
     delay_ms: float = 0.0
     first_ms: float = 0.0
+    endless: bool = False
 
 
 def parse_faults(header: str, plan: Plan) -> str | None:
     """Apply ``x-fake-fault`` to ``plan``; return an error message for a bad header."""
-    flags = {"reset": "reset", "reset-mid-stream": "reset_mid", "malformed-sse": "malformed"}
+    flags = {"reset": "reset", "reset-mid-stream": "reset_mid", "malformed-sse": "malformed", "endless": "endless"}
     for item in filter(None, (part.strip() for part in header.split(","))):
         name, _, arg = item.partition(":")
         try:
@@ -47,7 +52,7 @@ def parse_faults(header: str, plan: Plan) -> str | None:
 
 def plan_of(header: str | None, rng: random.Random, cfg: FakeConfig) -> Plan | str:
     """The request's plan, or an error message for a bad header (then nothing is drawn)."""
-    plan = Plan(delay_ms=cfg.delay_ms, first_ms=cfg.first_token_delay_ms)
+    plan = Plan(delay_ms=cfg.delay_ms, first_ms=cfg.first_token_delay_ms, endless=cfg.endless)
     problem = parse_faults(header, plan) if header else None
     if problem:
         return problem
@@ -65,3 +70,30 @@ def plan_of(header: str | None, rng: random.Random, cfg: FakeConfig) -> Plan | s
     )
     plan.status = plan.status or (500 if error else 0)
     return plan
+
+
+async def send_endless(request: web.Request, stream: bool, tool: str | None) -> web.StreamResponse:
+    """An answer that never ends, until the peer goes away: a JSON body whose text goes on forever, or
+    a chat stream of one tool call (`tool`) whose arguments go on forever (text when `tool` is None)."""
+    content_type = "text/event-stream" if stream else "application/json"
+    resp = web.StreamResponse(headers={"Content-Type": content_type})
+    await resp.prepare(request)
+    if not stream:
+        await resp.write(b'{"id": "endless", "object": "chat.completion", "choices": [{"message": {"content": "')
+        block = b"a" * 65536
+    else:
+        base = {"id": "endless", "object": "chat.completion.chunk", "model": "fake-model"}
+        head: dict[str, Any] = {"role": "assistant", "content": None if tool else ""}
+        if tool:
+            head["tool_calls"] = [{"index": 0, "id": "call_endless", "type": "function", "function": {"name": tool}}]
+        first = {**base, "choices": [{"index": 0, "delta": head, "finish_reason": None}]}
+        await resp.write(b"data: " + orjson.dumps(first) + b"\n\n")
+        delta = {"tool_calls": [{"index": 0, "function": {"arguments": "a" * 100}}]} if tool else {"content": "a" * 100}
+        event = b"data: " + orjson.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        block = (event + b"\n\n") * 100
+    try:
+        while True:
+            await resp.write(block)
+            await asyncio.sleep(0)
+    except (ConnectionError, RuntimeError):  # the peer went away (aiohttp: ClientConnectionResetError)
+        return resp

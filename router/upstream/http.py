@@ -4,7 +4,11 @@ failures turned into `UpstreamError`s without secrets, and an SSE reader.
     PooledHTTP         base of OpenAICompatUpstream (openai_compat.py) and AnthropicUpstream (anthropic.py):
                        post_json (a whole answer), post_events (an SSE stream), each with the
                        tier's own `convert` of what came back
-    sse_events(body)   (`data:` payload, more already received) per SSE event
+    sse_events(body, limit)  (`data:` payload, more already received) per SSE event
+
+Bounds (`Limits`, from router/settings.py): a JSON answer or one SSE event over `max_body_bytes`, and
+a stream whose text and tool-call arguments add up to more than `max_answer_chars`, are an
+`UpstreamError` (which escalates) — a tier that never stops sending costs a bounded amount of memory.
 """
 
 from __future__ import annotations
@@ -20,12 +24,21 @@ import orjson
 
 from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
 from router.policy.model import Tier
-from router.upstream.base import Chunk, Reply
+from router.upstream.base import Chunk, Limits, Reply
 
 log = logging.getLogger("router.upstream")
 
 _DONE = b"[DONE]"
 T = TypeVar("T")
+
+
+class Oversized(Exception):
+    """A tier sent more than a bound allows: `limit` names it (router_limits_tripped), `size` is the bound."""
+
+    def __init__(self, limit: str, size: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+        self.size = size
 
 
 class PooledHTTP:
@@ -34,9 +47,10 @@ class PooledHTTP:
     url = ""
     warm_url = ""
 
-    def __init__(self, tier: str, config: Tier) -> None:
+    def __init__(self, tier: str, config: Tier, limits: Limits | None = None) -> None:
         self.tier = tier
         self.config = config
+        self.limits = limits or Limits()
         key = config.api_key.get_secret_value() if config.api_key else ""
         self._key = key if key != "none" else ""
         self._secrets = (key,) if key else ()
@@ -119,7 +133,7 @@ class PooledHTTP:
                 async with resp:
                     if resp.status >= 400:
                         await self._error_status(resp)
-                    raw = await resp.read()
+                    raw = await self._body(resp)
         except Exception as exc:
             self._fail(exc)
         try:
@@ -150,7 +164,7 @@ class PooledHTTP:
                     resp = await self._session.post(url, data=data, headers=headers, timeout=self._timeout(deadline))
                     if resp.status >= 400:
                         await self._error_status(resp)
-                    events = sse_events(resp.content)
+                    events = sse_events(resp.content, self.limits.max_body_bytes)
                     first = await anext(events, None)
             except BaseException as exc:
                 if resp is not None:
@@ -161,15 +175,33 @@ class PooledHTTP:
             try:
                 async with resp:
                     item = first
+                    chars, limit = 0, self.limits.max_answer_chars
                     while item is not None and item[0] != _DONE:
                         chunk = self._converted(convert, item[0])
                         chunk.more = item[1]
+                        chars += answer_chars(chunk.data)
+                        if chars > limit:
+                            raise Oversized("upstream_answer", limit)
                         yield chunk
                         item = await anext(events, None)
             except Exception as exc:
                 self._fail(exc)
             finally:
                 await events.aclose()
+
+    async def _body(self, resp: aiohttp.ClientResponse) -> bytes:
+        """The whole body, refused once it passes `max_body_bytes` (a body that never ends included)."""
+        limit = self.limits.max_body_bytes
+        if resp.content_length is not None and resp.content_length > limit:
+            raise Oversized("upstream_body", limit)
+        parts: list[bytes] = []
+        size = 0
+        async for block in resp.content.iter_any():
+            size += len(block)
+            if size > limit:
+                raise Oversized("upstream_body", limit)
+            parts.append(block)
+        return b"".join(parts)
 
     @contextlib.contextmanager
     def _in_flight(self) -> Iterator[None]:
@@ -204,6 +236,11 @@ class PooledHTTP:
     def _fail(self, exc: BaseException) -> NoReturn:
         if isinstance(exc, UpstreamError):
             raise exc
+        if isinstance(exc, Oversized):
+            self.limits.tripped(exc.limit)
+            what = "an answer" if exc.limit == "upstream_body" else "a stream"
+            message = f"tier {self.tier!r} sent {what} over the limit of {exc.size}"
+            raise UpstreamError(message, tier=self.tier) from None
         if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
             raise UpstreamTimeout(f"tier {self.tier!r} timed out", tier=self.tier) from None
         if isinstance(exc, aiohttp.ClientConnectorError):
@@ -226,16 +263,42 @@ class PooledHTTP:
         )
 
 
-async def sse_events(content: aiohttp.StreamReader) -> AsyncGenerator[tuple[bytes, bool], None]:
-    """(`data:` payload, more already received) per SSE event, reading whatever has arrived at once."""
-    lines: list[bytes] = []
-    rest = b""
+def answer_chars(data: dict[str, Any]) -> int:
+    """Characters of text and tool-call names and arguments in one chat chunk."""
+    choices = data.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    delta = choice.get("delta") if isinstance(choice, dict) else None
+    if not isinstance(delta, dict):
+        return 0
+    content = delta.get("content")
+    n = len(content) if isinstance(content, str) else 0
+    for call in delta.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            n += sum(len(v) for k in ("name", "arguments") if isinstance(v := fn.get(k), str))
+    return n
+
+
+async def sse_events(content: aiohttp.StreamReader, limit: int) -> AsyncGenerator[tuple[bytes, bool], None]:
+    """(`data:` payload, more already received) per SSE event, reading whatever has arrived at once.
+    An event (or a line) over `limit` bytes raises `Oversized`; a long one is joined once, not per block."""
+    lines: list[bytes] = []  # data lines of the event being read
+    partial: list[bytes] = []  # blocks of the line being read
+    size = 0  # bytes of the event being read
     while True:
         block = await content.readany()
         if not block:
             break
-        parts = (rest + block).split(b"\n")
+        size += len(block)
+        if size > limit:
+            raise Oversized("upstream_body", limit)
+        if b"\n" not in block:
+            partial.append(block)
+            continue
+        partial.append(block)
+        parts = b"".join(partial).split(b"\n")
         rest = parts.pop()
+        partial = [rest] if rest else []
         ready: list[bytes] = []
         for line in parts:
             line = line.rstrip(b"\r")
@@ -245,9 +308,11 @@ async def sse_events(content: aiohttp.StreamReader) -> AsyncGenerator[tuple[byte
                     lines = []
             elif line.startswith(b"data:"):
                 lines.append(line[5:].lstrip(b" "))
+        size = sum(map(len, lines)) + len(rest)
         last = len(ready) - 1
         for i, event in enumerate(ready):
             yield event, i < last
+    rest = b"".join(partial)
     if rest.startswith(b"data:"):
         lines.append(rest[5:].lstrip(b" "))
     if lines:

@@ -21,15 +21,15 @@ from router.errors import UpstreamError, upstream_text
 from router.policy.model import Tier
 from router.responses.native import ChatView, completion_of
 from router.responses.tools import ToolMap
-from router.upstream.base import Chunk, Native, Reply
+from router.upstream.base import Chunk, Limits, Native, Reply
 from router.upstream.http import PooledHTTP
 
 log = logging.getLogger("router.upstream")
 
 
 class OpenAICompatUpstream(PooledHTTP):
-    def __init__(self, tier: str, config: Tier) -> None:
-        super().__init__(tier, config)
+    def __init__(self, tier: str, config: Tier, limits: Limits | None = None) -> None:
+        super().__init__(tier, config, limits)
         base = config.api_base.rstrip("/") if config.api_base else ""
         self.url, self.warm_url = base + "/chat/completions", base + "/models"
         self.responses_url = base + "/responses"

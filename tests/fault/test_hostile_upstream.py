@@ -1,0 +1,103 @@
+"""A tier that never stops sending: a JSON body that never ends, streamed tool-call arguments that
+never end. Each is bounded (`upstream_max_body_bytes`, `upstream_max_answer_chars`): over it the
+attempt is an upstream error, which escalates to the next tier (or is a 502 when there is none), and
+`router_limits_tripped{limit}` counts it. The stream's gate joins a call's arguments once, so a
+long call costs linear time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import aiohttp
+import orjson
+import pytest
+
+from router.streaming import Gate
+from router.upstream.base import Chunk
+from router.upstream.fake import FakeConfig
+from tests.api.helpers import TOOLS, USER, assert_error_body, post, sse, trailer
+from tests.conftest import policy_text
+
+LIMITS = {"upstream_max_body_bytes": 256 * 1024, "upstream_max_answer_chars": 64 * 1024}
+
+
+async def tripped(base: str, limit: str) -> float:
+    """router_limits_tripped{limit} on the proxy's /metrics (0 when never tripped)."""
+    async with aiohttp.ClientSession() as s, s.get(base + "/metrics") as r:
+        text = await r.text()
+    found = re.search(rf'^router_limits_tripped_total{{limit="{limit}"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_an_endless_answer_escalates(start_fake_, proxy_, stream: bool) -> None:
+    endless = await start_fake_(FakeConfig(seed=1, endless=True))
+    full = await start_fake_(FakeConfig(seed=2))
+    proxy = await proxy_(policy_text(endless.url, full.url, extra="escalation: {to: full}\n"), **LIMITS)
+    body = {"model": "auto", "messages": USER, "tools": TOOLS, "stream": stream}
+    async with asyncio.timeout(15):
+        raw = await post(proxy.url + "/chat/completions", body)
+    assert raw.status == 200, raw.body
+    assert raw.headers["x-router-escalated"] == "true"
+    assert "upstream_error" in raw.headers["x-router-mistakes"]
+    if stream:
+        chunks, _, done = sse(raw.body)
+        assert done and trailer(raw.body)["tier"] == "full"
+        assert not any("endless" in orjson.dumps(c).decode() for c in chunks)  # nothing of the endless call leaked
+    else:
+        assert raw.headers["x-router-tier"] == "full"
+    limit = "upstream_answer" if stream else "upstream_body"
+    assert await tripped(proxy.base, limit) == 1
+
+
+async def test_an_endless_json_body_from_the_only_tier_is_a_502(start_fake_, proxy_) -> None:
+    endless = await start_fake_(FakeConfig(seed=1, endless=True))
+    proxy = await proxy_(policy_text(endless.url, extra="escalation: {max_attempts: 1}\n"), **LIMITS)
+    async with asyncio.timeout(15):
+        raw = await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER})
+    error = assert_error_body(raw, 502, type_="upstream_error")
+    assert "over the limit" in error["message"]
+    assert proxy.router.inflight == 0
+
+
+async def test_an_endless_sse_line_is_bounded(start_fake_, proxy_) -> None:
+    """One `data:` line that never ends (no newline ever) is refused at the same bound as a body."""
+    from aiohttp import web
+
+    from tests.conftest import serve_app, upstream_app
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices": [{"index": 0, "delta": {"content": "')
+        try:
+            while True:
+                await resp.write(b"a" * 65536)
+                await asyncio.sleep(0)
+        except (ConnectionError, RuntimeError):
+            return resp
+
+    async with serve_app(upstream_app({"/v1/chat/completions": chat})) as url:
+        proxy = await proxy_(policy_text(url, extra="escalation: {max_attempts: 1}\n"), **LIMITS)
+        async with asyncio.timeout(15):
+            raw = await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER, "stream": True})
+        assert_error_body(raw, 502, type_="upstream_error")
+        assert await tripped(proxy.base, "upstream_body") == 1
+
+
+@pytest.mark.timeout(30)
+def test_the_gate_joins_long_arguments_in_linear_time() -> None:
+    """40,000 argument deltas of 1,000 characters (40 MB): joined once, this takes well under a
+    second; concatenated per delta (quadratic: ~800 GB copied) it would run past the timeout."""
+    gate = Gate(hold=True, tools_offered=True)
+    head = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+    gate.feed(Chunk({"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [head]}}]}))
+    part = "a" * 1000
+    delta = {"tool_calls": [{"index": 0, "function": {"arguments": part}}]}
+    for _ in range(40_000):
+        assert gate.feed(Chunk({"id": "c", "choices": [{"index": 0, "delta": delta}]})) == []
+    calls = gate.message()["tool_calls"]
+    assert calls[0]["function"]["name"] == "get_weather"
+    assert len(calls[0]["function"]["arguments"]) == 40_000_000
