@@ -29,6 +29,7 @@ from starlette.routing import Route, WebSocketRoute
 from router.adaptive import AdaptiveState
 from router.api import admin, chat, error_response, messages, responses, responses_ws
 from router.api.access import AccessLog
+from router.api.open_calls import OpenCalls
 from router.errors import Overloaded, Unauthorized, UnknownPath
 from router.escalation import Trace
 from router.lanes import Choice, Lanes
@@ -53,6 +54,7 @@ class Router:
         self.policy = policy
         self.store = store
         self.metrics = Metrics()
+        self.open = OpenCalls(self.metrics, settings.shutdown_grace)  # ended when a client leaves, at shutdown
         limits = Limits(settings.upstream_max_body_bytes, settings.upstream_max_answer_chars, self.metrics.tripped)
         self.upstreams = Upstreams(warm=settings.warm_up, limits=limits)
         self.validator = Validator()
@@ -154,10 +156,10 @@ def create_app(settings: Settings, policy: PolicyHolder | None = None) -> Starle
     router = Router(settings, holder, store)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Router]]:
         await router.start()
         try:
-            yield
+            yield {"router": router}  # the lifespan state: how router/connections.py finds the router
         finally:
             await router.close()
 

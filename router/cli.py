@@ -36,6 +36,7 @@ def serve(
     import uvicorn
 
     from router.app import create_app
+    from router.connections import server_options
     from router.policy.loader import PolicyError
     from router.settings import Settings
 
@@ -55,10 +56,7 @@ def serve(
         access_log=False,  # the app logs each request itself (router/api/access.py), with its tier and route
         ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
         ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
-        timeout_graceful_shutdown=5,
-        ws_max_size=settings.ws_max_message_bytes + 1,  # our own check answers 1009 with a reason
-        ws_ping_interval=settings.ws_ping_interval,
-        ws_ping_timeout=settings.ws_ping_interval,
+        **server_options(settings),  # connection limits, keep-alive, shutdown grace, WebSocket limits
     )
 
 

@@ -8,9 +8,12 @@
     ├── NotFound                     404 invalid_request_error / model_not_found
     │   └── UnknownPath              404 (or 405) invalid_request_error / not_found
     ├── LaneRefused                  403 permission_error / lane_refused        (router/lanes.py)
+    ├── RequestTimeout               408 invalid_request_error / request_timeout    (the body came too slowly)
     ├── BodyTooLarge                 413 invalid_request_error / body_too_large
     ├── LaneBusy                     429 rate_limit_error / lane_busy            (Retry-After)
+    ├── ClientGone                   499 client_gone: the client left; never sent, ends the call's work
     ├── Overloaded                   503 overloaded_error / overloaded          (Retry-After)
+    │   └── ShuttingDown             503 overloaded_error / shutting_down       (a call still open at shutdown)
     └── UpstreamError                502 upstream_error / upstream_error        (x-should-retry: false)
         ├── UpstreamTimeout          504 timeout_error / timeout
         ├── UpstreamStatus           the request's fault (400, 413, 422, …) is passed on; else 502
@@ -146,12 +149,37 @@ class BodyTooLarge(RouterError):
     should_retry = False
 
 
+class RequestTimeout(RouterError):
+    """The request body did not arrive within `body_timeout`; the connection is closed."""
+
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+    should_retry = False
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "connection": "close"}  # the rest of the body is not read
+
+
+class ClientGone(RouterError):
+    """The client closed its connection: the call's work (its upstream call) is cancelled."""
+
+    status = 499
+    code = "client_gone"
+
+
 class Overloaded(RouterError):
     status = 503
     type = "overloaded_error"
     code = "overloaded"
     should_retry = True
     retry_after = "1"
+
+
+class ShuttingDown(Overloaded):
+    """The process is stopping: a call or stream still open at the grace period ends with this."""
+
+    code = "shutting_down"
 
 
 class UpstreamError(RouterError):

@@ -25,6 +25,7 @@ import uvicorn
 from aiohttp import web
 
 from router.app import Router, create_app
+from router.connections import server_options
 from router.settings import Settings
 from router.upstream.fake import FakeConfig, FakeServer, start_fake
 
@@ -157,7 +158,8 @@ async def proxy_(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Proxy]
         settings.setdefault("reload_policy", False)
         app = create_app(Settings(policy=path, **settings))
         sock = free_socket()
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+        options = {**server_options(app.state.router.settings), "timeout_graceful_shutdown": 1}
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", **options)
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         running.append((server, task))

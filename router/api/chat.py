@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from router import pipeline
-from router.api import SSE_HEADERS, admitted, endpoint, lower_headers, read_body
+from router.api import SSE_HEADERS, admitted, endpoint, lower_headers
 from router.call import chat_call
 from router.errors import RouterError
 from router.escalation import Trace
@@ -23,12 +23,12 @@ if TYPE_CHECKING:
 
 @endpoint
 async def completions(request: Request) -> Response:
-    with admitted(request) as admission:
+    async with admitted(request) as admission:
         router = admission.router
-        call = chat_call(await read_body(request, router), lower_headers(request))
+        call = chat_call(admission.body, lower_headers(request))
         if call.stream:
             trace, chunks = await pipeline.stream(router, call)
-            admission.to_stream()
+            chunks = admission.to_stream(chunks)
             headers = {**SSE_HEADERS, **trace.headers()}
             return StreamingResponse(_observed(router, trace, chunks), media_type="text/event-stream", headers=headers)
         trace, reply = await pipeline.complete(router, call)

@@ -59,13 +59,13 @@ def messages_call(raw: bytes, headers: Mapping[str, str], *, count_only: bool = 
 
 @anthropic_endpoint
 async def create(request: Request) -> Response:
-    with admitted(request) as admission:
+    async with admitted(request) as admission:
         router = admission.router
-        call = messages_call(await read_body(request, router), lower_headers(request))
+        call = messages_call(admission.body, lower_headers(request))
         model = str(call.body["model"])
         if call.stream:
             trace, chunks = await pipeline.stream(router, call)
-            admission.to_stream()
+            chunks = admission.to_stream(chunks)
             frames = _sse(router, trace, chunks, MessageEvents(new_message_id(), model))
             return StreamingResponse(frames, media_type="text/event-stream", headers={**SSE_HEADERS, **trace.headers()})
         trace, reply = await pipeline.complete(router, call)

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from router import pipeline
-from router.api import SSE_HEADERS, admitted, endpoint, lower_headers, read_body
+from router.api import SSE_HEADERS, admitted, endpoint, lower_headers
 from router.call import parse_body
 from router.escalation import Trace
 from router.responses import turn as turns
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 
 @endpoint
 async def create(request: Request) -> Response:
-    with admitted(request) as admission:
+    async with admitted(request) as admission:
         router = admission.router
-        body = parse_body(await read_body(request, router))
+        body = parse_body(admission.body)
         state = router.responses
         stream = body.get("stream") is True
         prev = await turns.previous(body, None, state)
@@ -54,7 +54,7 @@ async def create(request: Request) -> Response:
 
         if stream:
             trace, chunks = await pipeline.stream(router, turn.call)
-            admission.to_stream()
+            chunks = admission.to_stream(chunks)
             frames = _sse(router, trace, turns.events(turn, trace, chunks, save))
             headers = {**SSE_HEADERS, **trace.headers(), **left_out}
             return StreamingResponse(frames, media_type="text/event-stream", headers=headers)

@@ -197,7 +197,13 @@ class Connection:
             for ev in events.start():
                 await self.send(ev)
             try:
-                trace, chunks = await pipeline.stream(router, turn.call)
+                with router.open.running():  # ended, in this API's shape, at shutdown
+                    trace, chunks = await pipeline.stream(router, turn.call)
+            except asyncio.CancelledError:
+                if (reason := router.open.ended()) is None:
+                    raise
+                await self.send(events.error(reason))
+                return
             except RouterError as exc:
                 await self.send(events.error(exc))
                 return
@@ -207,7 +213,7 @@ class Connection:
                 return
             ttft = asyncio.get_running_loop().time() - trace.started
             try:
-                async with aclosing(turns.events(turn, trace, chunks, save, events)) as stream:
+                async with aclosing(turns.events(turn, trace, router.open.stream(chunks), save, events)) as stream:
                     async for ev in stream:
                         await self.send(ev)
             finally:

@@ -29,6 +29,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from router.app import Router, create_app
+from router.connections import server_options
 from router.settings import Settings
 from router.upstream.fake import FakeConfig, FakeServer, start_fake
 from tests.conftest import free_socket, needs_litellm, policy_text
@@ -134,7 +135,8 @@ class Stack:
         app = create_app(Settings(policy=path, **self.settings))
         self.app, self.router = app, app.state.router
         sock = free_socket()
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+        options = {**server_options(self.router.settings), "timeout_graceful_shutdown": 1}
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", **options)
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         try:

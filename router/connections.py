@@ -1,0 +1,201 @@
+"""Client connections: uvicorn's protocols with the limits they lack, and the server's options.
+
+    header_timeout      a connection that has not sent a whole request line and headers within this
+                        many seconds of connecting (or of starting its next request) gets 408 and is
+                        closed: silent and slow-header ("slowloris") connections do not pile up
+    max_header_bytes    more request line and headers than this → 431, closed
+    max_connections     at the cap, a new connection closes the idle connection that waited longest
+                        (one that never sent a request first); when none is idle the new one gets
+                        503 (Retry-After) and is closed — before descriptors run out (0: ¾ of the
+                        open-file limit)
+    keep_alive_timeout  an idle keep-alive connection is closed (uvicorn's own timer)
+    shutdown            uvicorn asks every connection to close: the router then ends the calls and
+                        streams still open at 80% of `shutdown_grace` in their API's shape
+                        (router/api/open_calls.py); a WebSocket is closed (1012) only after that
+
+Every limit that trips counts in `router_limits_tripped{limit}`. The protocols find the router in
+the lifespan state (`{"router": router}`, router/app.py), so they work in every worker process.
+
+    server_options(settings)   the keyword arguments of `uvicorn.run` / `uvicorn.Config` for them
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+from typing import TYPE_CHECKING, Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+from router.api.open_calls import CUT_AT
+from router.errors import Overloaded
+from router.settings import Settings
+
+if TYPE_CHECKING:
+    from router.app import Router
+
+_CLOSE = b"connection: close\r\ncontent-length: 0\r\n\r\n"
+_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\n" + _CLOSE
+_TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\n" + _CLOSE
+
+
+def _busy() -> bytes:
+    body = Overloaded("Too many open connections; retry shortly.").to_json()
+    head = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+    return head + b"connection: close\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+
+
+_BUSY = _busy()
+
+
+def connection_cap(settings: Settings) -> int:
+    if settings.max_connections:
+        return settings.max_connections
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, soft * 3 // 4) if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def _router(protocol: Any) -> Router | None:
+    state = getattr(protocol, "app_state", None)
+    return state.get("router") if isinstance(state, dict) else None
+
+
+def _guarded(base: type[Any], name: str) -> type[Any]:
+    """`base` (an uvicorn HTTP protocol) with the limits above."""
+
+    class Guarded(base):  # type: ignore[misc]
+        _router: Router | None = None
+        _timer: asyncio.TimerHandle | None = None
+        _header_bytes = 0
+        _served = 0
+        _idle_since = 0.0
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            self._router = router = _router(self)
+            self._idle_since = self.loop.time()
+            if router is None:
+                return
+            if len(self.connections) > connection_cap(router.settings) and not self._evict_one():
+                router.metrics.tripped("connections_refused")
+                self._close(_BUSY)
+                return
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            before = self.cycle
+            super().data_received(data)
+            router = self._router
+            if router is None or self.transport.is_closing():
+                return
+            if self.cycle is not before or self.transport.get_protocol() is not self:  # headers in, or upgraded
+                self._disarm()
+                self._header_bytes = 0
+            elif self._waiting():
+                self._header_bytes += len(data)
+                if self._header_bytes > router.settings.max_header_bytes:
+                    router.metrics.tripped("header_too_large")
+                    self._close(_TOO_LARGE)
+                elif self._timer is None:  # the first bytes of the next request on a kept-alive connection
+                    self._arm()
+
+        def on_response_complete(self) -> None:
+            self._served += 1
+            self._idle_since = self.loop.time()
+            super().on_response_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def timeout_keep_alive_handler(self) -> None:
+            if self._router is not None and not self.transport.is_closing():
+                self._router.metrics.tripped("idle_closed")
+            super().timeout_keep_alive_handler()
+
+        def shutdown(self) -> None:
+            if self._router is not None:
+                self._router.open.drain()
+            super().shutdown()
+
+        # -- limits --------------------------------------------------------------------------------
+        def _waiting(self) -> bool:
+            """No request in progress: waiting for one (silent, slow headers, or kept alive)."""
+            return self.cycle is None or bool(self.cycle.response_complete)
+
+        def _arm(self) -> None:
+            assert self._router is not None
+            self._timer = self.loop.call_later(self._router.settings.header_timeout, self._header_timeout)
+
+        def _disarm(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+        def _header_timeout(self) -> None:
+            self._timer = None
+            if self._router is not None and self._waiting() and not self.transport.is_closing():
+                self._router.metrics.tripped("header_timeout")
+                self._close(_TIMEOUT)
+
+        def _close(self, answer: bytes) -> None:
+            self._disarm()
+            if not self.transport.is_closing():
+                self.transport.write(answer)
+                self.transport.close()
+
+        def _evict_one(self) -> bool:
+            """Close the idle connection that waited longest — one that never sent a request first."""
+            idle = [
+                c
+                for c in self.connections
+                if c is not self and isinstance(c, Guarded) and c._waiting() and not c.transport.is_closing()
+            ]
+            if not idle:
+                return False
+            victim = min(idle, key=lambda c: (c._served > 0, c._idle_since))
+            assert self._router is not None
+            self._router.metrics.tripped("connections_evicted")
+            victim._close(_TIMEOUT)
+            return True
+
+    Guarded.__name__ = Guarded.__qualname__ = name  # picklable by reference (uvicorn's worker processes)
+    return Guarded
+
+
+GuardedH11 = _guarded(H11Protocol, "GuardedH11")
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # pragma: no cover - uvicorn[standard] brings httptools
+    GuardedHTTP = GuardedH11
+else:
+    GuardedHttpTools = _guarded(HttpToolsProtocol, "GuardedHttpTools")
+    GuardedHTTP = GuardedHttpTools
+
+
+class GuardedWebSockets(WebSocketsSansIOProtocol):
+    """At shutdown, a WebSocket stays open until the router has ended its running response (an
+    `error` event), then closes with 1012."""
+
+    def shutdown(self) -> None:
+        router = _router(self)
+        if router is None:
+            super().shutdown()
+            return
+        router.open.drain()
+        self.loop.call_later(router.open.grace * CUT_AT + 0.2, super().shutdown)
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for the protocols above and the settings it applies itself."""
+    return {
+        "http": GuardedHTTP,
+        "ws": GuardedWebSockets,
+        "timeout_keep_alive": settings.keep_alive_timeout,
+        "timeout_graceful_shutdown": settings.shutdown_grace,
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
+        "ws_max_size": settings.ws_max_message_bytes + 1,  # our own check answers 1009 with a reason
+        "ws_ping_interval": settings.ws_ping_interval,
+        "ws_ping_timeout": settings.ws_ping_interval,
+    }
