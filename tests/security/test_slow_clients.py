@@ -1,0 +1,217 @@
+"""Slow, silent and vanishing clients, on real sockets against one proxy with small limits.
+
+    slow headers      one byte at a time: 408 and closed at `header_timeout`
+    huge headers      431 and closed past `max_header_bytes`
+    silent sockets    more than `max_connections`: the longest-idle one is closed for a new one, and
+                      legitimate calls still get through; with no idle one to close, 503 at once
+    slow bodies       they hold no place in flight (calls still pass at max_concurrency); 408 at
+                      `body_timeout`
+    vanishing client  a call on a hanging tier, abandoned: within 1 s its upstream connection is
+                      closed and its place in flight given back, on every HTTP transport
+
+Each limit that trips is counted in `router_limits_tripped{limit}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from router.upstream.fake import FakeConfig
+from tests.api.helpers import TOOLS, USER, post
+from tests.conftest import policy_text, upstream_app
+from tests.fault.test_hostile_upstream import tripped
+
+LIMITS = {"header_timeout": 0.5, "body_timeout": 1.0, "max_header_bytes": 4096}
+REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+
+
+@contextlib.asynccontextmanager
+async def raw(base: str) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (under the caller's timeout) until `condition()` holds."""
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+
+
+async def closed_with(reader: asyncio.StreamReader, within: float) -> bytes:
+    """Everything the server sent until it closed the connection (fails if it stays open)."""
+    async with asyncio.timeout(within):
+        return await reader.read()
+
+
+@pytest.fixture
+async def proxy(start_fake_, proxy_) -> Any:
+    fast = await start_fake_(FakeConfig(seed=1))
+    return await proxy_(policy_text(fast.url), **LIMITS)
+
+
+async def test_slow_headers_are_closed_at_the_header_timeout(proxy) -> None:
+    async with raw(proxy.base) as (reader, writer):
+        drip = asyncio.create_task(_drip(writer, REQUEST * 100, every=0.05))
+        try:
+            answer = await closed_with(reader, 3)
+        finally:
+            drip.cancel()
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert await tripped(proxy.base, "header_timeout") == 1
+
+
+async def _drip(writer: asyncio.StreamWriter, data: bytes, every: float) -> None:
+    with contextlib.suppress(ConnectionError):
+        for i in range(len(data)):
+            writer.write(data[i : i + 1])
+            await writer.drain()
+            await asyncio.sleep(every)
+
+
+async def test_a_silent_connection_is_closed_at_the_header_timeout(proxy) -> None:
+    async with raw(proxy.base) as (reader, _):
+        assert (await closed_with(reader, 3)).startswith(b"HTTP/1.1 408")
+
+
+async def test_a_kept_alive_connection_that_starts_a_request_slowly_is_closed(proxy) -> None:
+    async with raw(proxy.base) as (reader, writer):
+        writer.write(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        first = await reader.readuntil(b"}")  # /healthz's JSON body
+        assert first.startswith(b"HTTP/1.1 200")
+        writer.write(b"GET /hea")  # then nothing more
+        assert (await closed_with(reader, 3)).startswith(b"HTTP/1.1 408")
+
+
+async def test_huge_headers_are_refused(proxy) -> None:
+    async with raw(proxy.base) as (reader, writer):
+        writer.write(REQUEST + b"x-pad: " + b"a" * 8192 + b"\r\n")
+        assert (await closed_with(reader, 3)).startswith(b"HTTP/1.1 431")
+    assert await tripped(proxy.base, "header_too_large") == 1
+
+
+async def test_silent_connections_over_the_cap_make_room_for_real_calls(start_fake_, proxy_) -> None:
+    fast = await start_fake_(FakeConfig(seed=1))
+    proxy = await proxy_(policy_text(fast.url), max_connections=8, header_timeout=30)
+    async with contextlib.AsyncExitStack() as stack:
+        silent = [await stack.enter_async_context(raw(proxy.base)) for _ in range(20)]
+        await asyncio.sleep(0.1)
+        for _ in range(5):
+            answer = await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER})
+            assert answer.status == 200, answer.body
+        closed = 0
+        for reader, _ in silent:
+            with contextlib.suppress(TimeoutError):
+                await closed_with(reader, 0.05)
+                closed += 1
+        assert closed >= 12  # at most 8 connections open at a time
+    assert await tripped(proxy.base, "connections_evicted") >= 12
+
+
+async def test_with_no_idle_connection_to_close_a_new_one_gets_503(start_fake_, proxy_) -> None:
+    slow = await start_fake_(FakeConfig(seed=1, delay_ms=3000))
+    proxy = await proxy_(policy_text(slow.url), max_connections=3)
+    calls = [
+        asyncio.create_task(post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER}))
+        for _ in range(3)
+    ]
+    await asyncio.sleep(0.5)  # three calls in flight on three connections: none idle
+    async with raw(proxy.base) as (reader, _):
+        answer = await closed_with(reader, 1)
+    assert answer.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in answer.lower()
+    for call in calls:
+        call.cancel()
+    await asyncio.gather(*calls, return_exceptions=True)
+    await asyncio.sleep(0.2)  # the three leave; /metrics can be read again
+    assert await tripped(proxy.base, "connections_refused") >= 1
+
+
+async def test_slow_bodies_hold_no_place_in_flight(start_fake_, proxy_) -> None:
+    fast = await start_fake_(FakeConfig(seed=1))
+    proxy = await proxy_(policy_text(fast.url), max_concurrency=2, **LIMITS)
+    head = REQUEST + b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"
+    async with contextlib.AsyncExitStack() as stack:
+        slow = [await stack.enter_async_context(raw(proxy.base)) for _ in range(6)]
+        for _, writer in slow:
+            writer.write(head)
+        drips = [asyncio.create_task(_drip(w, b" " * 1000, every=0.1)) for _, w in slow]
+        await asyncio.sleep(0.2)
+        answers = [await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER}) for _ in range(4)]
+        assert [a.status for a in answers] == [200] * 4
+        ends = [await closed_with(reader, 3) for reader, _ in slow]
+        for drip in drips:
+            drip.cancel()
+    assert all(end.startswith(b"HTTP/1.1 408") for end in ends), ends
+    assert await tripped(proxy.base, "body_timeout") == 6
+    assert proxy.router.inflight == 0
+
+
+ABANDONED = [
+    ("chat-json", "/chat/completions", {"tools": TOOLS}),
+    ("chat-sse", "/chat/completions", {"tools": TOOLS, "stream": True}),
+    ("messages-json", "/messages", {"max_tokens": 64}),
+    ("responses-json", "/responses", {}),
+    ("responses-sse", "/responses", {"stream": True}),
+]
+
+
+@contextlib.asynccontextmanager
+async def hanging_upstream() -> AsyncIterator[tuple[str, list[asyncio.Event]]]:
+    """A tier whose every call hangs until the router closes its connection; each call's event is set
+    then (aiohttp cancels the handler of a closed connection)."""
+    calls: list[asyncio.Event] = []
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        gone = asyncio.Event()
+        calls.append(gone)
+        try:
+            await asyncio.sleep(30)
+        finally:
+            gone.set()
+        return web.Response(status=500)
+
+    runner = web.AppRunner(upstream_app({"/v1/chat/completions": chat}), handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1", calls
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(("path", "extra"), [a[1:] for a in ABANDONED], ids=[a[0] for a in ABANDONED])
+async def test_an_abandoned_call_cancels_its_upstream_call(proxy_, path: str, extra: dict) -> None:
+    async with hanging_upstream() as (url, upstream_calls):
+        routes = "routes:\n  - {name: all, use: fast}\n"
+        proxy = await proxy_(policy_text(url, routes=routes), max_concurrency=1)
+        messages = USER if path != "/responses" else None
+        body = {"model": "auto", **({"messages": messages} if messages else {"input": "hi"}), **extra}
+        call = asyncio.create_task(post(proxy.url + path, body))
+        await asyncio.sleep(0.5)
+        assert proxy.router.inflight == 1 and len(upstream_calls) == 1  # the call hangs upstream
+        call.cancel()  # the client goes away
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        async with asyncio.timeout(1.0):  # the upstream call is cancelled within a second
+            await upstream_calls[0].wait()
+            await until(lambda: proxy.router.inflight == 0)
+        assert await tripped(proxy.base, "client_gone") == 1
+        after = asyncio.create_task(post(proxy.url + path, body))  # admitted, not 503: it reaches the tier
+        async with asyncio.timeout(2):
+            await until(lambda: len(upstream_calls) == 2)
+        after.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await after
