@@ -57,7 +57,9 @@ class Router:
         self.open = OpenCalls(self.metrics, settings.shutdown_grace)  # ended when a client leaves, at shutdown
         limits = Limits(settings.upstream_max_body_bytes, settings.upstream_max_answer_chars, self.metrics.tripped)
         self.upstreams = Upstreams(warm=settings.warm_up, limits=limits)
-        self.validator = Validator()
+        self.validator = Validator(
+            max_schema_bytes=settings.max_schema_bytes, max_pattern_bytes=settings.max_pattern_bytes
+        )
         self.verdicts = VerdictCache()  # judge verdicts by (call, context) hash, bounded LRU
         self.shadow = Shadower(settings, self.metrics)  # a route's `shadow` option (router/shadow.py)
         self.adaptive = AdaptiveState(store, policy)

@@ -29,6 +29,7 @@ from router.hedge import first_valid
 from router.policy.decide import Live, decide
 from router.streaming import Gate, Joiner
 from router.upstream.base import Chunk, Native, Reply, Upstream
+from router.validate import SchemaTooCostly
 
 if TYPE_CHECKING:
     from router.app import Router
@@ -37,6 +38,11 @@ T = TypeVar("T")
 
 
 async def begin(router: Router, call: Call) -> Trace:
+    try:
+        router.validator.admit(call.body.get("tools"))  # a client schema too costly to check: 400 now
+    except SchemaTooCostly:
+        router.metrics.tripped("schema_too_costly")
+        raise
     lane, call, policy = router.lanes.enter(call, router.policy.current)
     try:
         sticky = await feedback.sticky_tier(router, call, policy)

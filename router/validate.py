@@ -16,6 +16,12 @@ Judgement calls (see also the tests):
   agents `json.loads()` the string and expect an object.
 - A schema that cannot be compiled (not a schema, fails its meta-schema, unknown `$ref`, recursion)
   means "cannot check": the call is not flagged. Remote `$ref`s are never fetched.
+- Schemas are checked with jsonschema-rs (measured several times faster than `jsonschema` in
+  bench/validate.py): a `pattern` runs on Rust's linear-time regex engine, or — with lookaround or
+  backreferences — on a backtracking engine with a step budget, so no client regex can stall the
+  proxy. `admit(tools)` compiles the offered tools' schemas when the request arrives: a schema
+  larger than `max_schema_bytes`, or with a pattern Python's `re` reads but the engine refuses within
+  `max_pattern_bytes` (e.g. a huge repetition), is `SchemaTooCostly` (400) then, not a stall later.
 - `tool_choice: "none"` offers no tool: any call is `unknown_tool`; text is never inspected.
 - One root cause, one mistake: an empty answer is only `empty_response`; a call leaked into text is
   only `text_tool_call` (it also satisfies `tool_choice` when it names the required tool); an
@@ -30,19 +36,15 @@ Judgement calls (see also the tests):
 from __future__ import annotations
 
 import re
-import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import jsonschema_rs
 import orjson
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-from jsonschema.protocols import Validator as _SchemaValidator
-from jsonschema.validators import validator_for
-from referencing import Registry
 
+from router.errors import BadRequest
 from router.text_calls import DEFAULT_ANNOUNCE, TOOL_PLACEHOLDER, TextRules, build_rules
 
 INVALID_JSON: Final = "invalid_json"
@@ -63,6 +65,13 @@ KINDS: Final = (
 _DETAIL_MAX: Final = 120
 _FREEFORM: Final = object()  # a custom tool: free-text input, nothing to parse
 _MISS: Final = object()
+_TOO_COSTLY: Final = object()  # a compiled-schema cache entry: refused at request time
+_BACKTRACK_LIMIT: Final = 100_000  # steps of the backtracking engine (lookaround, backreferences) per match
+_PATTERN_CHARS: Final = 64 * 1024  # a longer pattern the engine refused is not read by `re` either
+
+
+class SchemaTooCostly(BadRequest):
+    code = "schema_too_costly"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,12 +162,23 @@ def _tool_choice(choice: Any) -> tuple[bool, bool, str]:
 class Validator:
     """Checks answers; owns the compiled-schema and text-rule caches. Hold one per app."""
 
-    __slots__ = ("_max_rules", "_max_schemas", "_rules", "_schemas", "compiled", "hits")
+    __slots__ = ("_max_rules", "_max_schemas", "_patterns", "_rules", "_schema_bytes", "_schemas", "compiled", "hits")
 
-    def __init__(self, *, max_schemas: int = 512, max_rules: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        max_schemas: int = 512,
+        max_rules: int = 64,
+        max_schema_bytes: int = 256 * 1024,
+        max_pattern_bytes: int = 1024 * 1024,
+    ) -> None:
         self._max_schemas = max_schemas
         self._max_rules = max_rules
-        self._schemas: OrderedDict[bytes, _SchemaValidator | None] = OrderedDict()
+        self._schema_bytes = max_schema_bytes
+        self._patterns = jsonschema_rs.FancyRegexOptions(
+            backtrack_limit=_BACKTRACK_LIMIT, size_limit=max_pattern_bytes, dfa_size_limit=max_pattern_bytes
+        )
+        self._schemas: OrderedDict[bytes, Any] = OrderedDict()
         self._rules: OrderedDict[tuple[frozenset[str], tuple[str, ...]], TextRules] = OrderedDict()
         self.compiled = 0  # schema compilations (cache misses), including schemas found invalid
         self.hits = 0  # schema cache hits
@@ -166,6 +186,16 @@ class Validator:
     @property
     def cached_schemas(self) -> int:
         return len(self._schemas)
+
+    def admit(self, tools: Any) -> None:
+        """Compile the offered tools' schemas (cached); raise `SchemaTooCostly` for one that is."""
+        for name, schema in _tool_index(tools).items():
+            if schema is not None and schema is not _FREEFORM and self._compiled(schema) is _TOO_COSTLY:
+                raise SchemaTooCostly(
+                    f"The schema of tool {name!r} is too costly to check (over {self._schema_bytes} bytes, "
+                    "or a pattern too large for a linear-time regex engine).",
+                    param="tools",
+                )
 
     def check(
         self,
@@ -270,22 +300,23 @@ class Validator:
             return
         if schema is None:
             return
-        validator = self._schema_validator(schema)
-        if validator is None:
+        validator = self._compiled(schema)
+        if validator is None or validator is _TOO_COSTLY:
             return
         try:
             if validator.is_valid(parsed):
                 return
-            error = best_match(validator.iter_errors(parsed))
+            error = next(iter(validator.iter_errors(parsed)), None)
         except Exception:  # unresolvable $ref, recursion...: cannot check
             return
         if error is None:
             return
-        where = "/".join(map(str, error.absolute_path))
+        where = "/".join(map(str, error.instance_path))
         detail = f"{where}: {error.message}" if where else error.message
         mistakes.append(Mistake(SCHEMA_VIOLATION, name, _short(detail)))
 
-    def _schema_validator(self, schema: Any) -> _SchemaValidator | None:
+    def _compiled(self, schema: Any) -> Any:
+        """The cached validator of `schema`: None (cannot check) or `_TOO_COSTLY` (refused)."""
         try:
             key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
         except (orjson.JSONEncodeError, TypeError):
@@ -296,7 +327,7 @@ class Validator:
             self._schemas.move_to_end(key)
             return cached
         self.compiled += 1
-        validator = _compile(orjson.loads(key))  # a private copy: the request may be mutated later
+        validator = _TOO_COSTLY if len(key) > self._schema_bytes else _compile(orjson.loads(key), self._patterns)
         self._schemas[key] = validator
         if len(self._schemas) > self._max_schemas:
             self._schemas.popitem(last=False)
@@ -315,18 +346,27 @@ class Validator:
         return rules
 
 
-def _compile(schema: Any) -> _SchemaValidator | None:
+def _compile(schema: Any, patterns: Any) -> Any:
+    """A validator (no `$ref` is ever fetched), None when `schema` cannot be checked, or `_TOO_COSTLY`."""
     if not isinstance(schema, (dict, bool)):
         return None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # unknown $schema: falls back to the default, quietly
-            cls = validator_for(schema, default=Draft202012Validator)
-            cls.check_schema(schema)
-            # An empty registry: `$ref`s resolve inside the schema only, nothing is fetched.
-            validator: _SchemaValidator = cls(schema, registry=Registry())
-        return validator
-    except Exception:  # SchemaError, unhashable $schema, ...: a client's bad schema is not our crash
+        return jsonschema_rs.validator_for(schema, pattern_options=patterns, offline=True)
+    except jsonschema_rs.ValidationError as exc:
+        if "Unknown meta-schema" in str(exc) and isinstance(schema, dict) and "$schema" in schema:
+            # an unknown `$schema`: checked as the default draft (2020-12)
+            return _compile({k: v for k, v in schema.items() if k != "$schema"}, patterns)
+        if exc.schema_path[-1:] == ["pattern"] or "patternProperties" in exc.schema_path:
+            pattern = exc.instance if isinstance(exc.instance, str) else ""
+            if len(pattern) > _PATTERN_CHARS:
+                return _TOO_COSTLY
+            try:
+                re.compile(pattern)
+            except (re.error, RecursionError, OverflowError):
+                return None  # not a regex at all: a bad schema, which cannot be checked
+            return _TOO_COSTLY  # a regex, but too large for the engine's bounds
+        return None  # not a schema, unknown `$ref`...: cannot check
+    except Exception:  # a client's bad schema is not our crash
         return None
 
 
