@@ -115,6 +115,11 @@ class Router:
 
     async def start(self) -> None:
         await self.store.start()
+        if self.store.unusable and self.policy.current.store_required:
+            await self.store.close()
+            raise StoreUnusable(self.store.backend, self.store.unusable)
+        if self.store.unusable:
+            log.error("%s store unusable (%s); serving degraded", self.store.backend, self.store.unusable)
         await self.upstreams.apply(self.policy.current)
         if self.settings.reload_policy and self.policy.path is not None:
             self.background(watch(self.policy, self.policy.path, on_change=self.apply))
@@ -131,6 +136,28 @@ class Router:
         await self.responses.close()  # what is still queued for the store
         await self.upstreams.close()
         await self.store.close()
+
+
+class StoreUnusable(Exception):
+    """The store cannot be used at start-up and the policy requires it (`store_required`)."""
+
+    def __init__(self, backend: str, reason: str) -> None:
+        super().__init__(f"the {backend} store cannot be used: {reason} (or set store_required: false in the policy)")
+
+
+async def store_problem(settings: Settings, policy: Policy) -> str | None:
+    """Why the store cannot be used, tried before serving (None: it can); `serve` exits on it unless
+    the policy says `store_required: false`."""
+    if not policy.store_required:
+        return None
+    url = settings.store or policy.store
+    redis = url.lower().startswith(("redis://", "rediss://"))
+    store = open_store(url, store_options(settings), **({"prefix": settings.store_prefix} if redis else {}))
+    await store.start()
+    try:
+        return str(StoreUnusable(store.backend, store.unusable)) if store.unusable else None
+    finally:
+        await store.close()
 
 
 def store_options(settings: Settings) -> StoreOptions:

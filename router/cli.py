@@ -33,9 +33,11 @@ def serve(
     ] = None,
 ) -> None:
     """Run the proxy. Agents point their OpenAI base URL at http://HOST:PORT/v1."""
+    import asyncio
+
     import uvicorn
 
-    from router.app import create_app
+    from router.app import create_app, store_problem
     from router.connections import server_options
     from router.policy.loader import PolicyError
     from router.settings import Settings
@@ -48,6 +50,9 @@ def serve(
     except (PolicyError, ValueError) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from None
+    if problem := asyncio.run(store_problem(settings, asgi.state.router.policy.current)):
+        typer.echo(problem, err=True)
+        raise typer.Exit(1)
     uvicorn.run(
         asgi,
         host=host,

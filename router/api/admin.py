@@ -34,10 +34,25 @@ async def root(request: Request) -> Response:
 async def healthz(request: Request) -> Response:
     router = router_of(request)
     holder = router.policy
-    body = {"status": "ok" if router.ready else "starting", "policy_version": holder.version}
+    unusable = router.store.unusable
+    status = "starting" if not router.ready else "degraded" if unusable else "ok"
+    body = {"status": status, "policy_version": holder.version}
+    if unusable:
+        body["store"] = f"the {router.store.backend} store cannot be used: {unusable}; nothing is counted"
     if holder.last_error:
         body["policy_error"] = "the policy file on disk is invalid; the previous version is in use"
     return _json(body, 200 if router.ready else 503)
+
+
+@endpoint
+async def readyz(request: Request) -> Response:
+    """Ready for traffic: started, and the store can be used (503 while degraded)."""
+    router = router_of(request)
+    ready = router.ready and not router.store.unusable
+    body = {"status": "ready" if ready else "degraded" if router.ready else "starting"}
+    if router.store.unusable:
+        body["store"] = router.store.unusable
+    return _json(body, 200 if ready else 503)
 
 
 @endpoint
@@ -91,6 +106,7 @@ async def metrics(request: Request) -> Response:
 routes = [
     Route("/", root, methods=["GET"]),  # HEAD too (Starlette adds it to GET routes)
     Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/v1/router/stats", stats, methods=["GET"]),
     Route("/v1/router/series", series, methods=["GET"]),

@@ -262,6 +262,9 @@ class Policy(Strict):
     allow_tier_header: bool = Field(False, description="let clients force a tier with `x-router-tier`")
     client_keys: list[SecretStr] = Field(default_factory=list, description="if set, clients must send one")
     store: str = "sqlite:///./.agent-router/state.db"
+    store_required: bool = Field(
+        True, description="false: serve on (degraded, /readyz 503) when the store cannot be used at start"
+    )
     lanes: dict[str, Lane] = Field(default_factory=dict, description="lanes calls may ask for (router/lanes.py)")
 
     @model_validator(mode="after")

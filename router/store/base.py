@@ -242,6 +242,9 @@ def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
 
 class Store(Protocol):
     backend: str  # "memory" | "sqlite" | "redis"
+    # why the store could not be used since start-up (None once it was): `serve` exits on it unless
+    # the policy says `store_required: false`, and /healthz reports `degraded` meanwhile
+    unusable: str | None
 
     @property
     def dropped(self) -> int:

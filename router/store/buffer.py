@@ -103,6 +103,8 @@ class BufferedStore(ABC):
         self.options = options or StoreOptions()
         self._buf = CounterBuffer(self.options.max_pending)
         self._healthy = True
+        self.unusable: str | None = None  # why it could not be opened, until it has been (Store.unusable)
+        self._error = ""  # the last failure, while unhealthy (stats' "store": {"error"})
         self._retry_at = 0.0  # while unhealthy, session calls give up at once until this time
         self._closing = False
         self._flusher: asyncio.Task[None] | None = None
@@ -153,6 +155,8 @@ class BufferedStore(ABC):
     def store_info(self) -> dict[str, Any]:
         info = store_info(self.backend, pending=self.pending, dropped=self.dropped, healthy=self._healthy)
         info.update(buffer_keys=self._buf.keys, buffer_limit=self._buf.limit)
+        if not self._healthy:
+            info["error"] = self._error
         return info
 
     def record(self, events: Sequence[Event]) -> None:
@@ -168,6 +172,7 @@ class BufferedStore(ABC):
             await self._open()
         except Exception as exc:
             self._mark_down(exc, "open")
+            self.unusable = self._error
         if self._flusher is None and not self._closing:
             self._flusher = asyncio.create_task(self._flush_loop(), name=f"agent-router {self.backend} flush")
 
@@ -196,6 +201,7 @@ class BufferedStore(ABC):
 
     def _mark_down(self, exc: BaseException, what: str) -> None:
         self._retry_at = time.monotonic() + min(1.0, 2 * self.options.flush_interval)
+        self._error = f"{what} failed: {self._describe(exc)}"
         if self._healthy:
             self._healthy = False
             log.warning(
@@ -207,6 +213,7 @@ class BufferedStore(ABC):
             )
 
     def _mark_up(self) -> None:
+        self.unusable = None
         if not self._healthy:
             self._healthy = True
             log.warning("%s store reachable again", self.backend)

@@ -119,6 +119,8 @@ class MemoryStore(Sessions):
         self._samples = MemorySamples(self.options)  # shadow samples
         self._responses = MemoryTable(self.options.responses_max_rows)  # response state
 
+    unusable: str | None = None  # nothing to open
+
     @property
     def dropped(self) -> int:
         return self._dropped

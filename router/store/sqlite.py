@@ -116,7 +116,12 @@ class SqliteStore(Sessions, BufferedStore):
     # -- BufferedStore hooks ----------------------------------------------------------------
 
     async def _open(self) -> None:
-        await self._run(self._conn)
+        await self._run(self._writable)
+
+    def _writable(self) -> None:
+        """Raise unless the file can be written: one that opens read-only would count nothing."""
+        self._conn().execute("BEGIN IMMEDIATE")
+        self._conn().execute("ROLLBACK")
 
     async def _write(self, batch: Batch) -> None:
         def write(db: sqlite3.Connection) -> None:
@@ -130,7 +135,7 @@ class SqliteStore(Sessions, BufferedStore):
         await self._run(self._txn, write)
 
     async def _probe(self) -> None:
-        await self._run(lambda: self._conn().execute("SELECT 1").fetchone())
+        await self._run(self._writable)
 
     async def _housekeep(self) -> None:
         def clean(db: sqlite3.Connection) -> None:
