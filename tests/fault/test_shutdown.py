@@ -59,12 +59,14 @@ async def ws_ending(ws: Any) -> tuple[list[dict[str, Any]], int | None]:
 
 async def open_everything(base: str) -> tuple[aiohttp.ClientSession, dict[str, aiohttp.ClientResponse], Any, Any]:
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20))
+    bodies = {
+        "chat": ("/v1/chat/completions", {"messages": USER}),
+        "messages": ("/v1/messages", {"max_tokens": 64, "messages": USER}),
+        "responses": ("/v1/responses", {"input": "hi"}),
+    }
     streams = {
-        "chat": await open_stream(session, base + "/v1/chat/completions", {"model": "auto", "messages": USER, "stream": True}),
-        "messages": await open_stream(
-            session, base + "/v1/messages", {"model": "auto", "max_tokens": 64, "messages": USER, "stream": True}
-        ),
-        "responses": await open_stream(session, base + "/v1/responses", {"model": "auto", "input": "hi", "stream": True}),
+        name: await open_stream(session, base + path, {"model": "auto", "stream": True, **body})
+        for name, (path, body) in bodies.items()
     }
     ws = await open_ws(base)
     pending = asyncio.create_task(session.post(base + "/v1/chat/completions", json={"model": "slow", "messages": USER}))
@@ -109,7 +111,7 @@ async def test_sigterm_ends_open_streams_in_each_api_shape(start_fake_, tmp_path
         "AGENT_ROUTER_RELOAD_POLICY": "false",
     }
     cmd = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # noqa: ASYNC220
     base = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as probe:
