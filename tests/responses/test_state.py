@@ -150,7 +150,8 @@ async def test_redis_outage_fails_only_lookups_that_need_the_store(
         await conn.response.create(model="auto", previous_response_id=again.id, input="three")
         assert (await recv_response(conn))[-1].type == "response.completed"
 
-    b = await proxy_(policy, store=server.url, store_prefix="outage:")  # starts while Redis is down
+    # starts while Redis is down: only when the policy says the store is not required
+    b = await proxy_(policy + "store_required: false\n", store=server.url, store_prefix="outage:")
     on_b = sdk(b.url, timeout=10)
     with pytest.raises(openai.BadRequestError) as err:
         await on_b.responses.create(model="auto", previous_response_id=first.id, input="two")
