@@ -98,6 +98,7 @@ def fake_upstream(
     reset_mid_stream: Annotated[float, typer.Option(help="share of streams cut after a few chunks")] = 0.0,
     reset_before_first_byte: Annotated[float, typer.Option(help="share of connections closed unanswered")] = 0.0,
     malformed_sse: Annotated[float, typer.Option(help="share of streams with a garbage event")] = 0.0,
+    endless: Annotated[bool, typer.Option(help="every answer never ends (a hostile upstream)")] = False,
     model: Annotated[str, typer.Option(help="model name it reports")] = "fake-model",
     finish_after: Annotated[
         int, typer.Option(help="answer text once the conversation holds this many tool results (0: never)")
@@ -130,6 +131,7 @@ def fake_upstream(
         malformed_sse=malformed_sse,
         finish_after=finish_after,
         prefer_tools=tuple(prefer_tool or ()),
+        endless=endless,
     )
     typer.echo(f"fake upstream on http://{host}:{port}/v1")
     run_fake(config, host, port)

@@ -121,8 +121,9 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
 
         # -- limits --------------------------------------------------------------------------------
         def _waiting(self) -> bool:
-            """No request in progress: waiting for one (silent, slow headers, or kept alive)."""
-            return self.cycle is None or bool(self.cycle.response_complete)
+            """No request in progress: waiting for one (silent, slow headers, or kept alive). A request
+            answered before its whole body came (413) is still in progress while that body arrives."""
+            return self.cycle is None or bool(self.cycle.response_complete and not self.cycle.more_body)
 
         def _arm(self) -> None:
             assert self._router is not None

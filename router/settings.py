@@ -75,10 +75,10 @@ class Settings(BaseSettings):
     body_timeout: float = Field(60.0, gt=0, description="seconds to receive a request's body → 408, closed")
     keep_alive_timeout: float = Field(5.0, gt=0, description="seconds an idle keep-alive connection stays open")
     upstream_max_body_bytes: int = Field(
-        32 * 1024 * 1024, ge=1024, description="an upstream JSON answer or SSE event over this → upstream error"
+        16 * 1024 * 1024, ge=1024, description="an upstream JSON answer or SSE event over this → upstream error"
     )
     upstream_max_answer_chars: int = Field(
-        16 * 1024 * 1024, ge=1024, description="characters of text and tool-call arguments one stream may carry"
+        4 * 1024 * 1024, ge=1024, description="characters of text and tool-call arguments one stream may carry"
     )
     max_schema_bytes: int = Field(
         256 * 1024, ge=1024, description="a tool schema bigger than this (as JSON) → 400: too costly to check"

@@ -27,8 +27,8 @@ from router.errors import UpstreamError
 class Limits:
     """Bounds on what a tier may send (router/settings.py); `tripped(limit)` counts each one hit."""
 
-    max_body_bytes: int = 32 * 1024 * 1024  # a JSON answer, or one SSE event
-    max_answer_chars: int = 16 * 1024 * 1024  # text + tool-call names and arguments of one stream
+    max_body_bytes: int = 16 * 1024 * 1024  # a JSON answer, or one SSE event
+    max_answer_chars: int = 4 * 1024 * 1024  # text + tool-call names and arguments of one stream
     tripped: Callable[[str], None] = lambda limit: None
 
 

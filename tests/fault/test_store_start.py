@@ -1,9 +1,9 @@
 """A store that cannot be used at start-up is a clear decision, never "ok" while counting nothing.
 
-    store_required (default)   `agent-router serve` exits 1 with the reason (no traceback): a corrupt
-                               SQLite file, a file where its directory should be
-    store_required: false      it serves: /healthz says "degraded" (and why), GET /readyz is 503,
-                               stats' "store" says healthy: false and the error
+store_required (default)   `agent-router serve` exits 1 with the reason (no traceback): a corrupt
+                           SQLite file, a file where its directory should be
+store_required: false      it serves: /healthz says "degraded" (and why), GET /readyz is 503,
+                           stats' "store" says healthy: false and the error
 """
 
 from __future__ import annotations

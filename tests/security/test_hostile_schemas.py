@@ -1,12 +1,12 @@
 """Client tool schemas can never stall the proxy.
 
-    catastrophic pattern   `^(a+)+$` against "aaa…a!" runs in linear time: the answer is judged and
-                           the proxy stays responsive (a backtracking engine needs minutes)
-    lookaround pattern     accepted and checked (bounded backtracking)
-    pattern too large      a regex the linear engine refuses within `max_pattern_bytes`: 400
-                           `schema_too_costly` when the request arrives; no upstream is called
-    schema too large       over `max_schema_bytes`: the same 400
-    remote `$ref`          never fetched
+catastrophic pattern   `^(a+)+$` against "aaa…a!" runs in linear time: the answer is judged and
+                       the proxy stays responsive (a backtracking engine needs minutes)
+lookaround pattern     accepted and checked (bounded backtracking)
+pattern too large      a regex the linear engine refuses within `max_pattern_bytes`: 400
+                       `schema_too_costly` when the request arrives; no upstream is called
+schema too large       over `max_schema_bytes`: the same 400
+remote `$ref`          never fetched
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
   sends becomes one of litellm's own arguments (an endpoint, credentials, headers, a mock answer).
   Regression: a bedrock tier's SigV4-signed request, with the router's AWS key id, went to whatever
   `aws_bedrock_runtime_endpoint` a client put in its body.
-- With client keys configured, every route of the app except `/healthz` and `/metrics` — enumerated
+- With client keys configured, every route of the app except `/`, `/healthz`, `/readyz` and `/metrics` — enumerated
   from the app itself, so a new route cannot slip through — answers 401 without a key or with a wrong
   one, on every method (OpenAI's error shape; Anthropic's on the Messages routes, whose SDK sends the
   key as `x-api-key`), and the WebSocket upgrade is refused with 401.
@@ -203,7 +203,7 @@ async def test_litellm_tier_takes_no_litellm_arguments_from_a_client(capture, pr
 
 # ------------------------------------------------------------------------------ client auth on every route
 
-PUBLIC = {"/", "/healthz", "/metrics"}  # reachability probes, health checks, Prometheus scrapes: no key (README)
+PUBLIC = {"/", "/healthz", "/readyz", "/metrics"}  # probes, health and readiness checks, scrapes: no key (README)
 
 
 def app_routes(proxy: Proxy) -> tuple[list[tuple[str, str]], list[str]]:

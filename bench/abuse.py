@@ -1,0 +1,365 @@
+"""Abuse: `python -m bench.abuse [--seconds 20] [--clients 4]`.
+
+One `agent-router serve` (default settings, SQLite store, open-file limit 1,024 as in the issue it
+answers) in front of four fake upstreams on loopback: `fast` (healthy, checked, escalates to
+`full`), `full`, `hostile` (every answer endless: a JSON body, or tool-call arguments, that never
+end) and `hanging` (answers after 60 s). Legitimate agents — `--clients` closed loops of chat calls
+with a tool (JSON and SSE alternately, keep-alive connections, 10 s timeout each) — run through a
+quiet phase and then through each attack, one at a time, `--seconds` each:
+
+    endless-json     4 callers routed (by a header) to `hostile`, JSON: 16 MiB each, then escalated
+    endless-args     4 callers, streams whose tool-call arguments never end
+    slow-headers     300 connections sending their headers at 1 byte/s
+    silent           1,100 connections that send nothing (more than the open-file limit)
+    slow-bodies      520 clients sending their body at 1 byte/s
+    abandon          50 callers to `hanging` that give up after 0.3 s, again and again
+    hostile-schemas  4 callers offering schemas with `^(a+)+$` and a pattern too large to compile
+
+For each phase: legitimate calls, their success rate, p50 and p99 latency, and p99 against the
+quiet phase (goal: ≥ 99% success, p99 ≤ 2 x quiet), plus the proxy's RSS and what tripped
+(router_limits_tripped). Bounded in time and count; loopback only. Writes bench/results/abuse.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import platform
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from bench.harness import Cluster, Proc, free_port, wait_healthy
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+CALL_TIMEOUT = 10.0
+FD_LIMIT = 1024
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def policy(ports: dict[str, int], db: Path) -> str:
+    tiers = "".join(
+        f"  {name}:\n    model: openai/{name}\n    api_base: http://127.0.0.1:{port}/v1\n    warm_connections: 2\n"
+        f"    timeouts: {{connect: 2, first_token: 30, total: 60}}\n"
+        for name, port in ports.items()
+    )
+    return (
+        f"version: 1\nmodels:\n{tiers}"
+        "routes:\n"
+        "  - {name: hostile, when: {headers: {x-attack: endless}}, use: hostile}\n"
+        "  - {name: hanging, when: {headers: {x-attack: hang}}, use: hanging}\n"
+        "  - {name: tools, when: {tools: {present: true}}, use: fast}\n"
+        "  - {name: default, use: full}\n"
+        "escalation: {to: full, max_attempts: 2}\n"
+        f"store: sqlite:///{db}\n"
+    )
+
+
+@dataclass
+class Phase:
+    name: str
+    latencies: list[float] = field(default_factory=list)
+    failures: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    rss: float = 0.0
+    tripped: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def calls(self) -> int:
+        return len(self.latencies) + self.failures
+
+    def p(self, q: float) -> float:
+        xs = sorted(self.latencies)
+        return xs[min(len(xs) - 1, int(q / 100 * len(xs)))] * 1000 if xs else float("nan")
+
+
+async def legit(session: aiohttp.ClientSession, url: str, phase: Phase, stop: asyncio.Event, n: int) -> None:
+    """One agent: chat calls with a tool, back to back, JSON and SSE alternately."""
+    i = n
+    while not stop.is_set():
+        i += 1
+        body = {"model": "auto", "messages": USER, "tools": [TOOL], "stream": i % 2 == 0}
+        start = time.perf_counter()
+        try:
+            async with session.post(url, json=body) as r:
+                raw = await r.read()
+            ok = r.status == 200 and (not body["stream"] or raw.rstrip().endswith(b"data: [DONE]"))
+            why = f"HTTP {r.status}" if r.status != 200 else "stream without [DONE]"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            ok, why = False, type(exc).__name__
+        if ok:
+            phase.latencies.append(time.perf_counter() - start)
+        else:
+            phase.failures += 1
+            phase.errors[why] = phase.errors.get(why, 0) + 1
+
+
+# -- attacks: each runs until `stop`, bounded in count --------------------------------------------
+
+
+async def callers(n: int, stop: asyncio.Event, one: Callable[[aiohttp.ClientSession], Awaitable[None]]) -> None:
+    timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+
+        async def loop() -> None:
+            while not stop.is_set():
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    await one(session)
+
+        await asyncio.gather(*(loop() for _ in range(n)))
+
+
+def endless(base: str, stream: bool) -> Callable[[asyncio.Event], Awaitable[None]]:
+    async def one(session: aiohttp.ClientSession) -> None:
+        body = {"model": "auto", "messages": USER, "tools": [TOOL], "stream": stream}
+        async with session.post(base + "/v1/chat/completions", json=body, headers={"x-attack": "endless"}) as r:
+            await r.read()
+
+    return lambda stop: callers(4, stop, one)
+
+
+def abandon(base: str) -> Callable[[asyncio.Event], Awaitable[None]]:
+    async def one(session: aiohttp.ClientSession) -> None:
+        body = {"model": "auto", "messages": USER}
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.3):
+                async with session.post(base + "/v1/chat/completions", json=body, headers={"x-attack": "hang"}) as r:
+                    await r.read()
+
+    return lambda stop: callers(50, stop, one)
+
+
+def hostile_schemas(base: str) -> Callable[[asyncio.Event], Awaitable[None]]:
+    patterns = ["^(a+)+$", r"[\w\W]{50000}"]
+    count = 0
+
+    async def one(session: aiohttp.ClientSession) -> None:
+        nonlocal count
+        count += 1
+        schema = {"type": "object", "properties": {"city": {"type": "string", "pattern": patterns[count % 2]}}}
+        tool = {"type": "function", "function": {"name": "get_weather", "parameters": schema}}
+        messages = [{"role": "user", "content": "a" * 30 + "!"}]
+        body = {"model": "auto", "messages": messages, "tools": [tool]}
+        async with session.post(base + "/v1/chat/completions", json=body) as r:
+            await r.read()
+
+    return lambda stop: callers(4, stop, one)
+
+
+def sockets(base: str, count: int, send: bytes, every: float) -> Callable[[asyncio.Event], Awaitable[None]]:
+    """`count` connections, each sending `send` one byte every `every` seconds (nothing if empty),
+    reconnecting when the proxy closes them."""
+    host, port = base.removeprefix("http://").split(":")
+
+    async def one(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            writer = None
+            try:
+                reader, writer = await asyncio.open_connection(host, int(port))
+                for i in range(len(send)) if send else iter(int, 1):
+                    if stop.is_set() or reader.at_eof():
+                        break
+                    if send:
+                        writer.write(send[i : i + 1])
+                        await writer.drain()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(every):
+                            if await reader.read(1024) == b"":
+                                break
+            except OSError:
+                await asyncio.sleep(0.5)
+            finally:
+                if writer is not None:
+                    writer.close()
+
+    async def run(stop: asyncio.Event) -> None:
+        tasks = []
+        for _ in range(count):
+            tasks.append(asyncio.create_task(one(stop)))
+            await asyncio.sleep(0.002)  # a ramp, not one burst of SYNs
+        await asyncio.gather(*tasks)
+
+    return run
+
+
+SLOW_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n" + b"x-pad: " + b"a" * 200 + b"\r\n"
+SLOW_BODY_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+
+
+def slow_bodies(base: str, count: int) -> Callable[[asyncio.Event], Awaitable[None]]:
+    body = orjson.dumps({"model": "auto", "messages": USER}) + b" " * 200
+    head = SLOW_BODY_HEAD + b"content-length: %d\r\n\r\n" % len(body)
+    host, port = base.removeprefix("http://").split(":")
+
+    async def run(stop: asyncio.Event) -> None:  # the headers at once, then the body at 1 byte/s
+        async def one() -> None:
+            while not stop.is_set():
+                writer = None
+                try:
+                    reader, writer = await asyncio.open_connection(host, int(port))
+                    writer.write(head)
+                    for i in range(len(body)):
+                        if stop.is_set() or reader.at_eof():
+                            break
+                        writer.write(body[i : i + 1])
+                        await writer.drain()
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(1.0):
+                                if await reader.read(1024) == b"":
+                                    break
+                except OSError:
+                    await asyncio.sleep(0.5)
+                finally:
+                    if writer is not None:
+                        writer.close()
+
+        tasks = []
+        for _ in range(count):
+            tasks.append(asyncio.create_task(one()))
+            await asyncio.sleep(0.002)
+        await asyncio.gather(*tasks)
+
+    return run
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+async def tripped(base: str) -> dict[str, float]:
+    async with aiohttp.ClientSession() as s, s.get(base + "/metrics") as r:
+        text = await r.text()
+    return {m[0]: float(m[1]) for m in re.findall(r'^router_limits_tripped_total\{limit="(\w+)"\} (\S+)$', text, re.M)}
+
+
+async def run_phase(
+    name: str,
+    base: str,
+    clients: int,
+    seconds: float,
+    proxy: Proc,
+    attack: Callable[[asyncio.Event], Awaitable[None]] | None,
+) -> Phase:
+    phase = Phase(name)
+    before = await tripped(base)
+    stop = asyncio.Event()
+    attacker = asyncio.create_task(attack(stop)) if attack else None
+    await asyncio.sleep(2.0 if attack else 0)  # the attack is under way before measuring
+    connector = aiohttp.TCPConnector(limit=clients, keepalive_timeout=30)
+    timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        done = asyncio.Event()
+        agents = [
+            asyncio.create_task(legit(session, base + "/v1/chat/completions", phase, done, n)) for n in range(clients)
+        ]
+        await asyncio.sleep(seconds)
+        phase.rss = proxy.rss_mib()
+        done.set()
+        await asyncio.gather(*agents)
+    stop.set()
+    if attacker is not None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(15):
+                await attacker
+        if not attacker.done():
+            attacker.cancel()
+    await asyncio.sleep(1.0)
+    after = await tripped(base)
+    phase.tripped = {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
+    return phase
+
+
+def report(phases: list[Phase], seconds: float, clients: int, took: float) -> str:
+    quiet = phases[0]
+    lines = [
+        "# Abuse: legitimate calls while the proxy is attacked",
+        "",
+        f"`python -m bench.abuse --seconds {seconds:g} --clients {clients}` ({took:.0f} s in all): "
+        "one `agent-router serve` "
+        f"(default settings, SQLite store, open-file limit {FD_LIMIT}) in front of fake upstreams on loopback; "
+        f"{clients} legitimate agents (closed loops of chat calls with a tool, JSON and SSE alternately, keep-alive, "
+        f"{CALL_TIMEOUT:g} s timeout) during a quiet phase and then during each attack, {seconds:g} s each "
+        "(the attack starts 2 s before). Goal: ≥ 99% success, p99 ≤ 2 x quiet. "
+        f"{platform.machine()}, Python {platform.python_version()}; "
+        "the machine (2 cores) was shared with other work.",
+        "",
+        "| phase | calls | success | p50 ms | p99 ms | p99 / quiet | goal | proxy RSS MiB | tripped |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---|",
+    ]
+    for ph in phases:
+        rate = 100 * len(ph.latencies) / ph.calls if ph.calls else 0.0
+        ratio = ph.p(99) / quiet.p(99)
+        ok = rate >= 99 and ratio <= 2
+        trips = ", ".join(f"{k} {v:.0f}" for k, v in sorted(ph.tripped.items()) if k != "idle_closed") or "—"
+        lines.append(
+            f"| {ph.name} | {ph.calls} | {rate:.2f}% | {ph.p(50):.1f} | {ph.p(99):.1f} | {ratio:.2f} | "
+            f"{'PASS' if ok else 'MISS'} | {ph.rss:.0f} | {trips} |"
+        )
+    failed = [f"{ph.name}: {ph.errors}" for ph in phases if ph.errors]
+    if failed:
+        lines += ["", "Failed legitimate calls by cause: " + "; ".join(failed) + "."]
+    return "\n".join(lines) + "\n"
+
+
+async def main(seconds: float, clients: int) -> str:
+    work = Path(tempfile.mkdtemp(prefix="agent-router-abuse-"))
+    cluster = Cluster(work)
+    ports = {name: free_port() for name in ("fast", "full", "hostile", "hanging")}
+    flags = {"fast": [], "full": ["--seed", "2"], "hostile": ["--endless"], "hanging": ["--delay-ms", "60000"]}
+    started = time.monotonic()
+    try:
+        for name, port in ports.items():
+            cmd = [sys.executable, "-m", "router", "fake-upstream", "--port", str(port), *flags[name]]
+            fake = cluster.start(name, cmd, port)
+            await wait_healthy(fake, f"http://127.0.0.1:{port}/health", 30)
+        (work / "policy.yaml").write_text(policy(ports, work / "state.db"))
+        port = free_port()
+        cmd = f"{sys.executable} -m router serve --policy {work / 'policy.yaml'} --port {port} --log-level warning"
+        serve = f"ulimit -n {FD_LIMIT} && exec {cmd}"
+        proxy = cluster.start("proxy", ["bash", "-c", serve], port, {"AGENT_ROUTER_RELOAD_POLICY": "false"})
+        await wait_healthy(proxy, f"http://127.0.0.1:{port}/readyz", 60)
+        base = f"http://127.0.0.1:{port}"
+        attacks: list[tuple[str, Callable[[asyncio.Event], Awaitable[None]] | None]] = [
+            ("quiet", None),
+            ("endless-json", endless(base, stream=False)),
+            ("endless-args", endless(base, stream=True)),
+            ("slow-headers", sockets(base, 300, SLOW_HEAD * 4, 1.0)),
+            ("silent", sockets(base, 1100, b"", 1.0)),
+            ("slow-bodies", slow_bodies(base, 520)),
+            ("abandon", abandon(base)),
+            ("hostile-schemas", hostile_schemas(base)),
+        ]
+        phases = []
+        for name, attack in attacks:
+            phase = await run_phase(name, base, clients, seconds, proxy, attack)
+            print(f"{name}: {phase.calls} calls, {len(phase.latencies)} ok, p99 {phase.p(99):.1f} ms", flush=True)
+            phases.append(phase)
+        return report(phases, seconds, clients, time.monotonic() - started)
+    finally:
+        cluster.stop_all()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=20.0, help="seconds of each phase")
+    parser.add_argument("--clients", type=int, default=4, help="legitimate agents (closed loops)")
+    args = parser.parse_args()
+    text = asyncio.run(main(args.seconds, args.clients))
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "abuse.md").write_text(text, encoding="utf-8")
