@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import multiprocessing
 import platform
 import re
 import sys
@@ -247,19 +248,41 @@ async def tripped(base: str) -> dict[str, float]:
     return {m[0]: float(m[1]) for m in re.findall(r'^router_limits_tripped_total\{limit="(\w+)"\} (\S+)$', text, re.M)}
 
 
-async def run_phase(
-    name: str,
-    base: str,
-    clients: int,
-    seconds: float,
-    proxy: Proc,
-    attack: Callable[[asyncio.Event], Awaitable[None]] | None,
-) -> Phase:
+ATTACKS: dict[str, Callable[[str], Callable[[asyncio.Event], Awaitable[None]]]] = {
+    "endless-json": lambda base: endless(base, stream=False),
+    "endless-args": lambda base: endless(base, stream=True),
+    "slow-headers": lambda base: sockets(base, 300, SLOW_HEAD * 4, 1.0),
+    "silent": lambda base: sockets(base, 1100, b"", 1.0),
+    "slow-bodies": lambda base: slow_bodies(base, 520),
+    "abandon": abandon,
+    "hostile-schemas": hostile_schemas,
+}
+
+
+def attacker(name: str, base: str, seconds: float) -> None:
+    """One attack for `seconds`, in a process of its own (the legitimate agents' loop stays free)."""
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        attack = asyncio.create_task(ATTACKS[name](base)(stop))
+        await asyncio.sleep(seconds)
+        stop.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(15):
+                await attack
+        attack.cancel()
+
+    asyncio.run(run())
+
+
+async def run_phase(name: str, base: str, clients: int, seconds: float, proxy: Proc) -> Phase:
     phase = Phase(name)
     before = await tripped(base)
-    stop = asyncio.Event()
-    attacker = asyncio.create_task(attack(stop)) if attack else None
-    await asyncio.sleep(2.0 if attack else 0)  # the attack is under way before measuring
+    attack = None
+    if name in ATTACKS:
+        attack = multiprocessing.get_context("spawn").Process(target=attacker, args=(name, base, seconds + 2.0))
+        attack.start()
+        await asyncio.sleep(2.0)  # the attack is under way before measuring
     connector = aiohttp.TCPConnector(limit=clients, keepalive_timeout=30)
     timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -271,13 +294,10 @@ async def run_phase(
         phase.rss = proxy.rss_mib()
         done.set()
         await asyncio.gather(*agents)
-    stop.set()
-    if attacker is not None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(15):
-                await attacker
-        if not attacker.done():
-            attacker.cancel()
+    if attack is not None:
+        await asyncio.to_thread(attack.join, 20)
+        if attack.is_alive():
+            attack.kill()
     await asyncio.sleep(1.0)
     after = await tripped(base)
     phase.tripped = {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
@@ -334,19 +354,9 @@ async def main(seconds: float, clients: int) -> str:
         proxy = cluster.start("proxy", ["bash", "-c", serve], port, {"AGENT_ROUTER_RELOAD_POLICY": "false"})
         await wait_healthy(proxy, f"http://127.0.0.1:{port}/readyz", 60)
         base = f"http://127.0.0.1:{port}"
-        attacks: list[tuple[str, Callable[[asyncio.Event], Awaitable[None]] | None]] = [
-            ("quiet", None),
-            ("endless-json", endless(base, stream=False)),
-            ("endless-args", endless(base, stream=True)),
-            ("slow-headers", sockets(base, 300, SLOW_HEAD * 4, 1.0)),
-            ("silent", sockets(base, 1100, b"", 1.0)),
-            ("slow-bodies", slow_bodies(base, 520)),
-            ("abandon", abandon(base)),
-            ("hostile-schemas", hostile_schemas(base)),
-        ]
         phases = []
-        for name, attack in attacks:
-            phase = await run_phase(name, base, clients, seconds, proxy, attack)
+        for name in ("quiet", *ATTACKS):
+            phase = await run_phase(name, base, clients, seconds, proxy)
             print(f"{name}: {phase.calls} calls, {len(phase.latencies)} ok, p99 {phase.p(99):.1f} ms", flush=True)
             phases.append(phase)
         return report(phases, seconds, clients, time.monotonic() - started)

@@ -29,7 +29,7 @@ from router.upstream.base import Chunk, Limits, Reply
 log = logging.getLogger("router.upstream")
 
 _DONE = b"[DONE]"
-_FAIR_EVENTS = 32  # events read at once after which the reader yields to the event loop
+_FAIR_EVENTS = 32  # of the events read at once, the reader yields to the event loop after every this many
 T = TypeVar("T")
 
 
@@ -313,8 +313,8 @@ async def sse_events(content: aiohttp.StreamReader, limit: int) -> AsyncGenerato
         last = len(ready) - 1
         for i, event in enumerate(ready):
             yield event, i < last
-        if last >= _FAIR_EVENTS:  # a tier sending as fast as it can: let the other calls run too
-            await asyncio.sleep(0)
+            if i % _FAIR_EVENTS == _FAIR_EVENTS - 1:  # a tier sending as fast as it can: others run too
+                await asyncio.sleep(0)
     rest = b"".join(partial)
     if rest.startswith(b"data:"):
         lines.append(rest[5:].lstrip(b" "))
