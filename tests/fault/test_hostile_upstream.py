@@ -91,7 +91,7 @@ async def test_an_endless_sse_line_is_bounded(start_fake_, proxy_) -> None:
 def test_the_gate_joins_long_arguments_in_linear_time() -> None:
     """40,000 argument deltas of 1,000 characters (40 MB): joined once, this takes well under a
     second; concatenated per delta (quadratic: ~800 GB copied) it would run past the timeout."""
-    gate = Gate(hold=True, tools_offered=True)
+    gate = Gate(tools_offered=True)
     head = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
     gate.feed(Chunk({"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [head]}}]}))
     part = "a" * 1000
