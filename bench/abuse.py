@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import platform
 import re
 import sys
@@ -333,6 +334,13 @@ def report(phases: list[Phase], seconds: float, clients: int, took: float) -> st
     failed = [f"{ph.name}: {ph.errors}" for ph in phases if ph.errors]
     if failed:
         lines += ["", "Failed legitimate calls by cause: " + "; ".join(failed) + "."]
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    lines += [
+        "",
+        f"Load average at the end (1, 5, 15 min): {load}. `tripped`: router_limits_tripped during the phase "
+        "(idle keep-alive closes left out). Every attack also costs CPU — the proxy's, the attacking "
+        "process's and the fakes' — on the same 2 cores, so the legitimate p99 rises with it.",
+    ]
     return "\n".join(lines) + "\n"
 
 
