@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,7 +15,9 @@ PolicyArg = Annotated[Path, typer.Option("--policy", "-p", help="policy file (YA
 
 
 def _logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from router.serve import configure_logging
+
+    configure_logging(level)
 
 
 @app.command()
@@ -31,6 +32,7 @@ def serve(
     access_log: Annotated[
         bool | None, typer.Option("--access-log/--no-access-log", help="one line per request (default: on)")
     ] = None,
+    workers: Annotated[int, typer.Option(min=1, help="worker processes on one port (not with memory://)")] = 1,
 ) -> None:
     """Run the proxy. Agents point their OpenAI base URL at http://HOST:PORT/v1."""
     import asyncio
@@ -40,6 +42,7 @@ def serve(
     from router.app import create_app, store_problem
     from router.connections import server_options
     from router.policy.loader import PolicyError
+    from router.serve import target
     from router.settings import Settings
 
     _logging(log_level)
@@ -47,6 +50,7 @@ def serve(
     settings = Settings(policy=policy, host=host, port=port, store=store, log_level=log_level, **flags)
     try:
         asgi = create_app(settings)
+        app_or_factory, multi = target(settings, asgi, workers)
     except (PolicyError, ValueError) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from None
@@ -54,7 +58,8 @@ def serve(
         typer.echo(problem, err=True)
         raise typer.Exit(1)
     uvicorn.run(
-        asgi,
+        app_or_factory,
+        **multi,
         host=host,
         port=port,
         log_level=log_level,
