@@ -41,6 +41,7 @@ from router.settings import Settings
 from router.shadow import Shadower
 from router.store import Store, StoreOptions, open_store
 from router.store.base import LANE_PREFIX, Event
+from router.tracing import Tracing
 from router.upstream import Limits, Upstreams
 from router.validate import Validator
 from router.verify import VerdictCache
@@ -61,6 +62,7 @@ class Router:
             max_schema_bytes=settings.max_schema_bytes, max_pattern_bytes=settings.max_pattern_bytes
         )
         self.verdicts = VerdictCache()  # judge verdicts by (call, context) hash, bounded LRU
+        self.tracing = Tracing(settings)  # OpenTelemetry spans; off unless OTEL_* says otherwise
         self.shadow = Shadower(settings, self.metrics)  # a route's `shadow` option (router/shadow.py)
         self.adaptive = AdaptiveState(store, policy)
         self.lanes = Lanes(self._count_lane)  # calls in flight per lane, lane views of the policy
@@ -120,6 +122,7 @@ class Router:
             raise StoreUnusable(self.store.backend, self.store.unusable)
         if self.store.unusable:
             log.error("%s store unusable (%s); serving degraded", self.store.backend, self.store.unusable)
+        self.tracing.open()
         await self.upstreams.apply(self.policy.current)
         if self.settings.reload_policy and self.policy.path is not None:
             self.background(watch(self.policy, self.policy.path, on_change=self.apply))
@@ -136,6 +139,7 @@ class Router:
         await self.responses.close()  # what is still queued for the store
         await self.upstreams.close()
         await self.store.close()
+        await self.tracing.close()  # the spans still queued are exported (bounded by the exporter's timeout)
 
 
 class StoreUnusable(Exception):

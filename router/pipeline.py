@@ -57,14 +57,17 @@ async def begin(router: Router, call: Call) -> Trace:
 
 async def complete(router: Router, call: Call) -> tuple[Trace, Reply]:
     trace = await begin(router, call)
+    span = router.tracing.start(trace)  # router/tracing.py; OFF: no-ops
     try:
         async for attempt in trace.attempts():
-            with attempt:
+            with attempt, span.attempt(trace):
                 tier, body = trace.next_attempt()
                 replies = await _hedged(trace, tier, partial(_reply, router, trace, body))
                 reply = await anext(replies)
+        span.answer(reply.data)
     finally:
         router.lanes.leave(trace.lane)
+        span.end(trace)
     return trace, reply
 
 
@@ -81,15 +84,17 @@ async def stream(router: Router, call: Call) -> tuple[Trace, AsyncIterator[Chunk
 
 async def _joined(router: Router, trace: Trace) -> AsyncIterator[Chunk]:
     join = Joiner()
+    span = router.tracing.start(trace)
     try:
         async for attempt in trace.attempts():
-            with attempt:
+            with attempt, span.attempt(trace):
                 tier, body = trace.next_attempt()
                 join.next_attempt()
                 async for ready in await _hedged(trace, tier, partial(_chunks, router, trace, body)):
-                    yield join(ready)
+                    yield span.chunk(join(ready))
     finally:
         router.lanes.leave(trace.lane)
+        span.end(trace)
 
 
 def _native(trace: Trace, upstream: Upstream, body: dict[str, Any]) -> Native | None:

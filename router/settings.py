@@ -90,6 +90,11 @@ class Settings(BaseSettings):
         5.0, gt=0, description="seconds calls may finish after SIGTERM; streams still open then get an error ending"
     )
 
+    # OpenTelemetry traces (router/tracing.py): on or off by the standard OTEL_* variables alone
+    otel_capture_content: bool = Field(
+        False, description="put prompts and answers in trace spans (gen_ai.input/output.messages); off: never"
+    )
+
     reload_policy: bool = Field(True, description="watch the policy file and reload it on change")
     warm_up: bool = Field(True, description="open upstream connections at start-up")
     log_level: str = "info"
