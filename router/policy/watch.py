@@ -5,7 +5,9 @@
 file with `watchfiles`: a valid edit swaps the policy and awaits `on_change`; a broken edit keeps
 the old policy, sets `last_error` and logs the file:line errors. The parent directory is watched
 and filtered to the file's name, so editors that save by writing a temporary file and renaming it
-over the original are followed too.
+over the original are followed too, and so is a Kubernetes ConfigMap volume: the kubelet updates it
+by re-pointing the `..data` symlink (through which the file's own symlink reads) to a new directory,
+so a change of `..data` reloads as well. (A ConfigMap mounted with `subPath` is never updated.)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = ["PolicyHolder", "watch"]
 log = logging.getLogger("router.policy")
 
 OnChange = Callable[[Policy], Awaitable[None]]
+KUBERNETES_SWAP = "..data"  # the symlink a ConfigMap volume's update re-points, in the file's directory
 
 
 class PolicyHolder:
@@ -104,7 +107,7 @@ async def watch(
     name = path.name
 
     def only_the_file(change: Change, changed: str) -> bool:
-        return Path(changed).name == name
+        return Path(changed).name in (name, KUBERNETES_SWAP)
 
     # The file may have changed between the initial load and now.
     await _apply(holder, path, on_change)

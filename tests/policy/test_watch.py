@@ -210,3 +210,43 @@ async def test_cancelling_the_watch_task(policy_file: Path, env: dict[str, str])
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 10)
+
+
+def _kubelet_swap(directory: Path, text: str, n: int) -> None:
+    """What the kubelet does to a ConfigMap volume on an update (its atomic writer): the files go to
+    a new timestamped directory, `..data` is re-pointed to it by a rename, the old one is removed.
+    `policy.yaml` itself is a symlink to `..data/policy.yaml` and never changes."""
+    new = directory / f"..2026_01_01_00_00_0{n}.{n:09d}"
+    new.mkdir()
+    (new / "policy.yaml").write_text(text)
+    old = os.readlink(directory / "..data") if (directory / "..data").is_symlink() else None
+    tmp = directory / "..data_tmp"
+    tmp.symlink_to(new.name)
+    os.rename(tmp, directory / "..data")
+    if old is not None:
+        for f in (directory / old).iterdir():
+            f.unlink()
+        (directory / old).rmdir()
+
+
+async def test_configmap_volume_update_reloads(tmp_path: Path, env: dict[str, str]) -> None:
+    """A Kubernetes ConfigMap mounted as a volume (no subPath): the kubelet's symlink swap reloads."""
+    mount = tmp_path / "config"
+    mount.mkdir()
+    _kubelet_swap(mount, policy_text(use="full"), 1)
+    (mount / "policy.yaml").symlink_to("..data/policy.yaml")
+    path = mount / "policy.yaml"
+    holder = PolicyHolder.from_file(path, env)
+    applied: asyncio.Queue[Policy] = asyncio.Queue()
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch(holder, path, applied.put, stop, debounce_ms=50))
+    try:
+        for n, use in enumerate(("fast", "full", "fast"), start=2):
+            await asyncio.sleep(0.3)  # the watcher is listening (first round) / settled
+            await asyncio.to_thread(_kubelet_swap, mount, policy_text(use=use), n)
+            policy = await asyncio.wait_for(applied.get(), 15)
+            assert policy.routes[0].use == use and holder.current is policy
+            assert holder.version == n
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
