@@ -37,12 +37,10 @@ def serve(
     """Run the proxy. Agents point their OpenAI base URL at http://HOST:PORT/v1."""
     import asyncio
 
-    import uvicorn
-
     from router.app import create_app, store_problem
     from router.connections import server_options
     from router.policy.loader import PolicyError
-    from router.serve import target
+    from router.serve import runner
     from router.settings import Settings
 
     _logging(log_level)
@@ -50,16 +48,14 @@ def serve(
     settings = Settings(policy=policy, host=host, port=port, store=store, log_level=log_level, **flags)
     try:
         asgi = create_app(settings)
-        app_or_factory, multi = target(settings, asgi, workers)
+        run = runner(settings, asgi, workers)  # uvicorn.run(asgi, ...), or N worker processes
     except (PolicyError, ValueError) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from None
     if problem := asyncio.run(store_problem(settings, asgi.state.router.policy.current)):
         typer.echo(problem, err=True)
         raise typer.Exit(1)
-    uvicorn.run(
-        app_or_factory,
-        **multi,
+    run(
         host=host,
         port=port,
         log_level=log_level,

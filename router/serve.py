@@ -1,14 +1,10 @@
 """How `agent-router serve` runs: one process, or `--workers N` processes on one port.
 
-With N > 1, uvicorn's supervisor binds the port once and starts N worker processes that share the
-listening socket (the kernel spreads connections over them); each worker builds its own app, event
-loop, upstream pools and store client with `app_from_environment`, reading its settings from the
-`AGENT_ROUTER_*` environment that `target()` fills from the command line. The supervisor:
-
-  SIGTERM, SIGINT   every worker stops taking connections and finishes its calls in flight
-                    (uvicorn's graceful shutdown, 5 s), then the supervisor exits
-  SIGHUP            rolling restart: each worker is replaced by a new one once that one is ready
-  a dead worker     is replaced (one that fails at start-up stops the supervisor instead)
+With N > 1 the `serve` process becomes a supervisor (router/supervisor.py) of N worker processes,
+each listening on the port with its own socket (SO_REUSEPORT: the kernel spreads connections over
+them) and building its own app, event loop, upstream pools and store client with
+`app_from_environment`, from the `AGENT_ROUTER_*` environment that `runner()` fills from the
+command line. SIGTERM/SIGINT stop every worker gracefully; SIGHUP replaces them one by one.
 
 The store rule for N > 1 (what the workers share, and what stays inside each one):
 
@@ -23,8 +19,10 @@ In every case `/metrics` (Prometheus) and the in-flight limit are per worker.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -35,7 +33,7 @@ from router.settings import Settings
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-__all__ = ["FACTORY", "app_from_environment", "configure_logging", "store_notice", "target"]
+__all__ = ["FACTORY", "app_from_environment", "configure_logging", "runner", "store_notice"]
 
 log = logging.getLogger("router")
 
@@ -78,16 +76,32 @@ def store_notice(url: str, workers: int) -> str:
     )
 
 
-def target(settings: Settings, app: Starlette, workers: int) -> tuple[Starlette | str, dict[str, Any]]:
-    """What to hand `uvicorn.run`: the app itself for one process; for N workers the factory's import
-    string and its options (the settings go to the workers through the environment). `app` (built
-    here, in the supervisor) has checked the policy and the store URL once for all workers."""
+def runner(settings: Settings, app: Starlette, workers: int) -> Callable[..., None]:
+    """What runs the server, given uvicorn's options: `uvicorn.run(app)` for one process; for N the
+    supervisor, whose workers build the app from the environment (the settings go there). `app`,
+    built in this process, has checked the policy and the store URL once for all workers."""
+    import uvicorn
+
     if workers <= 1:
-        return app, {}
+        return functools.partial(uvicorn.run, app)
+    if settings.port == 0:
+        raise ValueError("--workers needs a fixed --port: every worker binds it")
     router = app.state.router
     log.warning("%s", store_notice(settings.store or router.policy.current.store, workers))
     export(settings)
-    return FACTORY, {"factory": True, "workers": workers}
+    return functools.partial(_supervise, workers)
+
+
+def _supervise(workers: int, **options: Any) -> None:
+    from router.supervisor import Supervisor
+
+    try:
+        code = Supervisor(FACTORY, workers, options).run()
+    except OSError as exc:  # the port is taken
+        log.error("cannot listen on %s:%s: %s", options.get("host"), options.get("port"), exc.strerror or exc)
+        code = 1
+    if code:
+        raise SystemExit(code)
 
 
 def export(settings: Settings) -> None:

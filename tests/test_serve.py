@@ -53,6 +53,24 @@ class Served:
         return found
 
 
+def established(pid: int, port: int) -> int:
+    """Connections accepted on `port` that process `pid` holds (its socket fds, matched in /proc/net/tcp)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if local_port == port and fields[3] == "01" and fields[9] in inodes:  # 01: ESTABLISHED
+                count += 1
+    return count
+
+
 def _port() -> int:
     sock = free_socket()
     port = int(sock.getsockname()[1])
@@ -193,7 +211,7 @@ async def test_sigterm_finishes_calls_in_flight(start_fake_, tmp_path: Path) -> 
         alive = [pid for pid in workers if os.path.exists(f"/proc/{pid}")]  # noqa: ASYNC240
         assert alive == []
         log = served.log.read_text()
-        assert "Received SIGTERM" in log and log.count("Application shutdown complete") == 2
+        assert "received SIGTERM: stopping every worker" in log and log.count("Application shutdown complete") == 2
 
 
 async def test_sighup_replaces_every_worker(fake, tmp_path: Path) -> None:
@@ -214,3 +232,59 @@ async def test_sighup_replaces_every_worker(fake, tmp_path: Path) -> None:
         assert len(now) == 2 and not now & before, (before, now)
         assert statuses and set(statuses) == {200}
         assert set(await _calls(served.base, 8)) == {200}
+
+
+async def test_connections_spread_over_the_workers(fake, tmp_path: Path) -> None:
+    """A burst of keep-alive connections lands on every worker (each listens with SO_REUSEPORT),
+    not mostly on the one that woke first, as with one shared socket."""
+    async with serve(tmp_path, policy_text(fake.url), "--workers", "2", "--store", f"sqlite:///{tmp_path}/b.db",
+                     "--log-level", "warning") as served:  # fmt: skip
+        port = int(served.base.rsplit(":", 1)[1])
+        connector = aiohttp.TCPConnector(limit=48)
+        async with aiohttp.ClientSession(connector=connector) as s:
+            async def call() -> int:
+                async with s.post(served.base + "/v1/chat/completions", data=BODY,
+                                  headers={"content-type": "application/json"}) as resp:  # fmt: skip
+                    await resp.read()
+                    return resp.status
+
+            assert await asyncio.gather(*(call() for _ in range(48))) == [200] * 48
+            held = [established(pid, port) for pid in served.workers()]
+        assert sum(held) == 48, held
+        assert min(held) >= 12, held  # about 24 each; fewer than 12 of 48 by chance: p < 0.001
+
+
+async def test_a_dead_worker_is_replaced(fake, tmp_path: Path) -> None:
+    async with serve(tmp_path, policy_text(fake.url), "--workers", "2", "--store", f"sqlite:///{tmp_path}/d.db",
+                     "--log-level", "info") as served:  # fmt: skip
+        before = served.workers()
+        victim = min(before)
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            now = served.workers()
+            if len(now) == 2 and victim not in now:
+                break
+            await asyncio.sleep(0.2)
+        assert len(now) == 2 and victim not in now, now
+        assert set(await _calls(served.base, 16)) == {200}
+        assert f"worker {victim} exited with -9; starting another" in served.log.read_text()
+
+
+async def test_port_taken(fake, tmp_path: Path) -> None:
+    taken = free_socket()
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        path = tmp_path / "policy.yaml"
+        path.write_text(policy_text(fake.url))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "router", "serve", "--policy", str(path), "--port", str(port), "--workers", "2",
+            "--store", f"sqlite:///{tmp_path}/t.db", cwd=ROOT, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        taken.close()
+    assert proc.returncode == 1, (out, err)
+    assert b"cannot listen on 127.0.0.1:" in err and b"Address already in use" in err
