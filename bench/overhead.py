@@ -126,10 +126,13 @@ class Run:
     seconds: float = 0.0
     candidates: list[tuple[Target, Path]] = field(default_factory=list)  # agent-router from other trees
     out: Path = RESULTS  # where the report, the plot and the flame graphs go
+    litellm: bool = True  # --no-litellm: agent-router alone (no comparison, no verdicts, no plot)
+    spans: int | None = None  # spans the OTLP sink received from the traced agent-router
 
     def order(self) -> list[str]:
-        """Row order: plain load (direct, LiteLLM, agent-router, candidates), then the tool load."""
-        keys = [DIRECT.key, LITELLM.key, ROUTER.key, *(t.key for t, _ in self.candidates)]
+        """Row order: plain load (direct, LiteLLM, agent-router, traced, candidates), then the tool load."""
+        keys = [DIRECT.key, *([LITELLM.key] if self.litellm else []), ROUTER.key, TRACED.key]
+        keys += [t.key for t, _ in self.candidates]
         return [*keys, DIRECT_TOOLS.key, ROUTER_ON.key, ROUTER_OFF.key]
 
 
@@ -440,6 +443,7 @@ async def profile_router(
 DIRECT = Target("direct", "direct to the fake", tools=False)
 DIRECT_TOOLS = Target("direct-tools", "direct to the fake, tools", tools=True)
 ROUTER = Target("agent-router", "agent-router", tools=False)
+TRACED = Target("agent-router-traced", "agent-router, OTel traces on", tools=False)
 ROUTER_ON = Target("agent-router-validate", "agent-router, tools, validation on", tools=True)
 ROUTER_OFF = Target("agent-router-novalidate", "agent-router, tools, validation off", tools=True)
 LITELLM = Target("litellm", "LiteLLM proxy", tools=False)
@@ -470,6 +474,21 @@ async def run_all(cluster: Cluster, counts: Counts, log_dir: Path, run: Run, pro
                               "--log-level", "warning")
             proc, took = await stack.enter_async_context(started(cluster, target.label, cmd, port, "/healthz", 60, env))
             await add(target, f"http://127.0.0.1:{port}/v1/chat/completions", proc, took)
+        # the same as ROUTER, exporting a span per call and one per attempt to an OTLP/HTTP sink
+        sink_port = free_port()
+        sink_cmd = [sys.executable, "-m", "bench.otlp_sink", "--port", str(sink_port)]
+        await stack.enter_async_context(started(cluster, "OTLP sink", sink_cmd, sink_port, "/count", 30))
+        port = free_port()
+        cmd = _router_cmd("serve", "--policy", str(POLICIES / "bench.yaml"), "--port", str(port),
+                          "--log-level", "warning")
+        traced_env: dict[str, str | None] = {
+            **env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{sink_port}/v1/traces",
+            "OTEL_SERVICE_NAME": "bench-overhead", "OTEL_TRACES_EXPORTER": None, "OTEL_SDK_DISABLED": None,
+        }  # fmt: skip
+        proc, took = await stack.enter_async_context(
+            started(cluster, TRACED.label, cmd, port, "/healthz", 60, traced_env)
+        )
+        await add(TRACED, f"http://127.0.0.1:{port}/v1/chat/completions", proc, took)
         for target, tree in run.candidates:  # the same as ROUTER, with `router` imported from `tree`
             port = free_port()
             cmd = _router_cmd("serve", "--policy", str(POLICIES / "bench.yaml"), "--port", str(port),
@@ -479,14 +498,15 @@ async def run_all(cluster: Cluster, counts: Counts, log_dir: Path, run: Run, pro
                 started(cluster, target.label, cmd, port, "/healthz", 60, cand_env)
             )
             await add(target, f"http://127.0.0.1:{port}/v1/chat/completions", proc, took)
-        port = free_port()
-        cfg = _litellm_config(log_dir / "litellm.yaml", fake_port)
-        cmd = [str(LITELLM_ENV / "bin" / "litellm"), "--config", str(cfg), "--host", "127.0.0.1",
-               "--port", str(port), "--num_workers", "1", "--telemetry", "False"]
-        proc, took = await stack.enter_async_context(
-            started(cluster, LITELLM.label, cmd, port, "/health/liveliness", 180, LITELLM_ENVIRON)
-        )
-        await add(LITELLM, f"http://127.0.0.1:{port}/v1/chat/completions", proc, took)
+        if run.litellm:
+            port = free_port()
+            cfg = _litellm_config(log_dir / "litellm.yaml", fake_port)
+            cmd = [str(LITELLM_ENV / "bin" / "litellm"), "--config", str(cfg), "--host", "127.0.0.1",
+                   "--port", str(port), "--num_workers", "1", "--telemetry", "False"]
+            proc, took = await stack.enter_async_context(
+                started(cluster, LITELLM.label, cmd, port, "/health/liveliness", 180, LITELLM_ENVIRON)
+            )
+            await add(LITELLM, f"http://127.0.0.1:{port}/v1/chat/completions", proc, took)
 
         console.rule("[bold]idle")
         for live in lives:
@@ -503,6 +523,10 @@ async def run_all(cluster: Cluster, counts: Counts, log_dir: Path, run: Run, pro
                     live.samples.setdefault(key, []).append(sample)
         for live in lives:
             run.measured[live.target.key] = measured(live)
+        traced = next(live for live in lives if live.target is TRACED)
+        await asyncio.sleep(6)  # the batch exporter sends every 5 s
+        async with traced.load.session.get(f"http://127.0.0.1:{sink_port}/count") as resp:
+            run.spans = int((await resp.json())["spans"])
         if profile:
             console.rule("[bold]profile")
             router = next(live for live in lives if live.target is ROUTER)
@@ -659,18 +683,25 @@ def write_markdown(run: Run, vs: list[Verdict], path: Path) -> None:
         if any(r.truncated for r in (x.c1, x.c16, x.stream)):
             lines.append(f"\n\\* {x.target.label}: measured n = {x.c1.requests} (c=1), {x.c16.requests} (c=16), "
                          f"{x.stream.requests} (stream) within the time budget.")
-    lines += ["", "## Targets (agent-router : LiteLLM, same run)", "",
-              "| ratio | measured | target | result | from |", "|---|---:|---|---|---|"]
+    calls = sum(r.requests + r.errors for r in (run.measured[TRACED.key].c1, run.measured[TRACED.key].c16,
+                                                 run.measured[TRACED.key].stream))
+    lines += ["", f"CPU ms/req is CPU-seconds per 1,000 calls. {TRACED.label}: agent-router exporting one span per "
+              "call and one per attempt (OTLP/HTTP, the SDK's batch exporter) to a sink process "
+              f"(`bench/otlp_sink.py`) — the sink received {run.spans} spans for the {calls} measured calls "
+              "(plus warm-ups: 2 spans per call)."]  # fmt: skip
+    if vs:
+        lines += ["", "## Targets (agent-router : LiteLLM, same run)", "",
+                  "| ratio | measured | target | result | from |", "|---|---:|---|---|---|"]
     for v in vs:
         lines.append(f"| {v.name} | {_f(v.value, 3)} | {v.target} | {'PASS' if v.ok else 'MISS'} | {v.detail} |")
-    for target, tree in run.candidates:
+    for target, tree in run.candidates if vs else []:
         lines.append(f"| *{target.label}* ({tree}) | | | | |")
         for v in verdicts(run, target.key):
             lines.append(f"| *{v.name}* | {_f(v.value, 3)} | {v.target} | {'PASS' if v.ok else 'MISS'} | {v.detail} |")
     starts = [f"{run.measured[k].target.label} {_f(run.measured[k].startup, 1)} s"
-              for k in (ROUTER.key, LITELLM.key) if run.measured[k].startup is not None]
-    lines += ["", f"Start-up until healthy: {', '.join(starts)}.", "",
-              "![overhead](overhead.png)", ""]
+              for k in (ROUTER.key, LITELLM.key) if k in run.measured and run.measured[k].startup is not None]
+    lines += ["", f"Start-up until healthy: {', '.join(starts)}.", ""]
+    lines += ["![overhead](overhead.png)", ""] if vs else []
     if run.profile:
         lines += ["## Profile: agent-router under load (py-spy, `--profile`)", "", *run.profile, ""]
     path.write_text("\n".join(lines))
@@ -724,7 +755,7 @@ def print_summary(run: Run, vs: list[Verdict]) -> None:
     for v in vs:
         mark = "[green]PASS[/]" if v.ok else "[red]MISS[/]"
         console.print(f"{mark}  {v.name}: {_f(v.value, 3)} (target {v.target}; {v.detail})")
-    for target, _ in run.candidates:
+    for target, _ in run.candidates if run.litellm else []:
         for v in verdicts(run, target.key):
             mark = "[green]PASS[/]" if v.ok else "[red]MISS[/]"
             console.print(f"  {target.label}: {mark}  {v.name}: {_f(v.value, 3)} ({v.detail})")
@@ -746,13 +777,17 @@ def main(argv: list[str] | None = None) -> int:
         f"with --quick {QUICK_OUT} (a smoke run leaves the committed results alone)",
     )
     parser.add_argument(
+        "--no-litellm", action="store_true",
+        help="agent-router alone (and its candidates): no LiteLLM install, no ratios, no plot",
+    )
+    parser.add_argument(
         "--candidate", action="append", default=[], metavar="NAME=DIR",
         help="also measure agent-router with `router` imported from DIR (a copy with a change to try), "
         "interleaved with the others in the same run; repeatable",
     )
     args = parser.parse_args(argv)
     counts = QUICK if args.quick else NORMAL
-    run = Run(counts, out=args.out or (QUICK_OUT if args.quick else RESULTS))
+    run = Run(counts, out=args.out or (QUICK_OUT if args.quick else RESULTS), litellm=not args.no_litellm)
     run.out.mkdir(parents=True, exist_ok=True)
     for item in args.candidate:
         name, sep, tree = item.partition("=")
@@ -768,7 +803,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         run.versions = {
-            "litellm": ensure_litellm(log_dir),
+            "litellm": ensure_litellm(log_dir) if run.litellm else "not run",
             "agent-router": importlib.metadata.version("agent-router"),
             "aiohttp": importlib.metadata.version("aiohttp"),
             "git": _git_rev(),
@@ -789,14 +824,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cluster.stop_all()
     run.seconds = time.monotonic() - t0
-    vs = verdicts(run)
+    vs = verdicts(run) if run.litellm else []
     print_summary(run, vs)
     write_markdown(run, vs, run.out / "overhead.md")
-    try:
-        write_plot(run, vs, run.out / "overhead.png")
-    except ImportError:
-        console.print("[yellow]no plot: matplotlib is missing (pip install -e '.[report]')[/]")
-    console.print(f"wrote {run.out / 'overhead.md'} and {run.out / 'overhead.png'} in {run.seconds:.0f}s")
+    if vs:
+        try:
+            write_plot(run, vs, run.out / "overhead.png")
+        except ImportError:
+            console.print("[yellow]no plot: matplotlib is missing (pip install -e '.[report]')[/]")
+    console.print(f"wrote {run.out / 'overhead.md'} in {run.seconds:.0f}s")
     shutil.rmtree(log_dir, ignore_errors=True)
     return 0
 
