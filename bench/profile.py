@@ -75,7 +75,7 @@ def summarize(raw: Path, top: int = 15) -> list[str]:
         if not n.isdigit():
             continue
         frames = [short(f) for f in stack.split(";") if f]
-        if not frames or frames[0].startswith("_bootstrap (threading.py"):
+        if not frames or frames[0].startswith(("_bootstrap (threading.py", "Thread._bootstrap (threading.py")):
             continue  # worker threads (watchfiles' watcher): blocked in native code, not request work
         count = int(n)
         total += count

@@ -107,9 +107,15 @@ class Metrics:
             part, _, kind = key.partition(":")
             self.left_out.labels(api, part, kind).inc(n)
 
+        # the children of the per-call metrics, by their labels (tiers x routes: bounded by the policy)
+        self._answers: dict[tuple[str, str], Counter] = {}
+        self._calls: dict[tuple[str, str, bool], tuple[Counter, Histogram, Histogram]] = {}
+
     def observe_answer(self, tier: str, route: str, answered: bool, kinds: Sequence[str]) -> None:
         if answered:
-            self.answers.labels(tier, route).inc()
+            if (answers := self._answers.get((tier, route))) is None:
+                answers = self._answers[(tier, route)] = self.answers.labels(tier, route)
+            answers.inc()
         for kind in kinds:
             self.mistakes.labels(tier, route, kind).inc()
 
@@ -122,9 +128,18 @@ class Metrics:
             self.mistakes.labels(c.tier, c.route, "agent_reported_error").inc()
 
     def observe_call(self, tier: str, route: str, escalated: bool, ttft: float, total: float) -> None:
-        self.calls.labels(tier, route, "true" if escalated else "false").inc()
-        self.ttft.labels(tier, route).observe(ttft)
-        self.total.labels(tier, route).observe(total)
+        key = (tier, route, escalated)
+        if (children := self._calls.get(key)) is None:
+            flag = "true" if escalated else "false"
+            children = self._calls[key] = (
+                self.calls.labels(tier, route, flag),
+                self.ttft.labels(tier, route),
+                self.total.labels(tier, route),
+            )
+        calls, ttft_seconds, total_seconds = children
+        calls.inc()
+        ttft_seconds.observe(ttft)
+        total_seconds.observe(total)
 
     def tripped(self, limit: str) -> None:
         self.limits.labels(limit).inc()

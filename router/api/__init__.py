@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -112,10 +112,8 @@ async def read_body(request: Request, router: Router) -> bytes:
     a body that takes longer than `body_timeout`."""
     limit = router.settings.max_body_bytes
     declared = request.headers.get("content-length")
-    too_large = BodyTooLarge(f"The request body exceeds the limit of {limit} bytes.")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        router.metrics.refused.labels("body_too_large").inc()
-        raise too_large
+        _too_large(router, limit)
     chunks: list[bytes] = []
     size = 0
     timeout = router.settings.body_timeout
@@ -124,10 +122,14 @@ async def read_body(request: Request, router: Router) -> bytes:
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
-                    router.metrics.refused.labels("body_too_large").inc()
-                    raise too_large
+                    _too_large(router, limit)
                 chunks.append(chunk)
     except TimeoutError:
         router.metrics.tripped("body_timeout")
         raise RequestTimeout(f"The request body did not arrive within {timeout:g} s.") from None
     return b"".join(chunks)
+
+
+def _too_large(router: Router, limit: int) -> NoReturn:
+    router.metrics.refused.labels("body_too_large").inc()
+    raise BodyTooLarge(f"The request body exceeds the limit of {limit} bytes.")

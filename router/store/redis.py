@@ -29,13 +29,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from router.store import responses, samples
@@ -52,11 +51,16 @@ from router.store.base import (
     window_start,
 )
 from router.store.buffer import Batch, BufferedStore
+from router.store.coalesce import Coalescer
 from router.store.responses import Outcome, ResponseChain, ResponseRecord, StoreUnreachable
+from router.store.urls import redact_url, url_secrets
+
+__all__ = ["RedisStore", "redact_url"]
 
 log = logging.getLogger("router.store")
 T = TypeVar("T")
 MARKER_TTL = 24 * 3600  # s; a marker only has to outlive the retries of its own batch
+ROUTED_DELAY = 0.005  # s; routed tool calls of calls ending this close together share a round trip
 
 # KEYS: marker, previous marker, c:all, c:buckets, then one c:<bucket> per bucket.
 # ARGV: marker ttl, oldest bucket kept, bucket lifetime (s), drop previous marker (0/1),
@@ -111,32 +115,6 @@ return 1
 """
 
 
-def redact_url(url: str) -> str:
-    """The URL with any password (userinfo or `?password=`) replaced by ***; safe to log."""
-    try:
-        parts = urlsplit(url)
-        netloc, query = parts.netloc, parts.query
-        if parts.password is not None:
-            port = f":{parts.port}" if parts.port else ""
-            netloc = f"{parts.username or ''}:***@{parts.hostname or ''}{port}"
-        if "password" in query.lower():
-            query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in parse_qsl(query)])
-        return parts._replace(netloc=netloc, query=query).geturl()
-    except ValueError:
-        return f"{url.split(':', 1)[0][:20]}://<unparseable URL hidden>"
-
-
-def _secrets(url: str) -> list[str]:
-    """Password strings (as written and percent-decoded) to scrub from any text we log."""
-    try:
-        parts = urlsplit(url)
-        found = [parts.password or ""]
-        found += [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
-    except ValueError:
-        return []
-    return sorted({x for s in found if s for x in (s, unquote(s))}, key=len, reverse=True)
-
-
 def _routed(call_id: str, raw: str | bytes | None) -> RoutedCall | None:
     return None if raw is None else RoutedCall(call_id, *json.loads(raw))
 
@@ -172,7 +150,7 @@ class RedisStore(BufferedStore):
         self.deduplicated = 0  # batches found already applied on retry (a reply had been lost)
         self.busy = 0  # session calls given up because every pooled connection was in use
         self.read_timeout = read_timeout  # stats() and series(): admin reads, replies may be large
-        self._secrets = _secrets(url)
+        self._secrets = url_secrets(url)
         try:
             # One immediate retry on connection errors only (a pooled connection may be stale
             # after a Redis restart); never on timeouts, which would double every stall.
@@ -205,6 +183,7 @@ class RedisStore(BufferedStore):
         self._apply = self._redis.register_script(APPLY_BATCH)
         self._take = self._redis.register_script(STICKY_TAKE)
         self._put = self._redis.register_script(ROUTED_PUT)
+        self._routed: Coalescer[list[str | int]] = Coalescer(self._routed_put_many, delay=ROUTED_DELAY)
         self._samples_put = self._redis.register_script(samples.REDIS_PUT)  # shadow samples
         self._responses_put = self._redis.register_script(responses.REDIS_PUT)  # response state
         self._last_marker = ""
@@ -335,14 +314,28 @@ class RedisStore(BufferedStore):
         return await self._call("sticky_take", take)
 
     async def routed_put(self, session: str, calls: Sequence[RoutedCall]) -> None:
+        """Coalesced: the puts of calls that end together go to Redis in one pipeline."""
         keep = self.options.max_routed_per_session
-        if not calls:
-            return
-        argv: list[str | int] = [keep, self._ttl_ms()]
-        for c in calls[-keep:]:
-            argv += [c.call_id, json.dumps([c.tier, c.route, c.tool, c.arguments])]
-        keys = [f"{self.prefix}r:{session}", f"{self.prefix}rl:{session}"]
-        await self._call("routed_put", lambda: self._put(keys=keys, args=argv))
+        if calls:
+            args: list[str | int] = [f"{self.prefix}r:{session}", f"{self.prefix}rl:{session}", keep, self._ttl_ms()]
+            args += [x for c in calls[-keep:] for x in (c.call_id, json.dumps([c.tier, c.route, c.tool, c.arguments]))]
+            await self._routed.put(args)
+
+    async def _routed_put_many(self, batch: list[list[str | int]]) -> None:
+        async def put() -> None:
+            for attempt in (1, 2):
+                pipe = self._redis.pipeline(transaction=False)
+                for args in batch:  # EVALSHA without the pipeline's own SCRIPT EXISTS round trip
+                    pipe.evalsha(self._put.sha, 2, *args)
+                try:
+                    await pipe.execute()
+                    return
+                except NoScriptError:  # Redis restarted and lost its scripts: load once, again
+                    if attempt == 2:
+                        raise
+                    await self._redis.script_load(ROUTED_PUT)
+
+        await self._call("routed_put", put)
 
     async def routed_get(self, session: str, call_id: str) -> RoutedCall | None:
         async def get() -> RoutedCall | None:

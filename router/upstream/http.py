@@ -21,6 +21,7 @@ from typing import Any, NoReturn, TypeVar
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
 from router.policy.model import Tier
@@ -57,6 +58,8 @@ class PooledHTTP:
         self._secrets = (key,) if key else ()
         self._headers: dict[str, str] = {"content-type": "application/json"}
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}  # parsed once, not on every call
+        self._connect_timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.timeouts.connect)
         self.last_used = 0.0  # event-loop time a call (or warm-up) last started or ended
         self.busy = 0  # calls in flight
 
@@ -67,7 +70,10 @@ class PooledHTTP:
             limit=self.config.max_connections, limit_per_host=0, keepalive_timeout=75, ttl_dns_cache=300
         )
         self._session = aiohttp.ClientSession(
-            connector=connector, headers=self._headers, json_serialize=lambda o: orjson.dumps(o).decode()
+            connector=connector,
+            headers=self._headers,
+            json_serialize=lambda o: orjson.dumps(o).decode(),
+            cookie_jar=aiohttp.DummyCookieJar(),  # an upstream's cookies must never reach another client's call
         )
         if warm and self.config.warm_connections and not await self.warm():
             log.warning("tier %s: no answer from its server at start-up; will retry on the first call", self.tier)
@@ -124,17 +130,24 @@ class PooledHTTP:
         headers: Mapping[str, str] | None = None,
     ) -> Reply:
         """POST, read a whole JSON object and `convert(raw, parsed)` it. `first_token` bounds the
-        wait for the headers; every failure, a conversion that fails included, is an
+        wait for the headers, `total` (or the call's deadline, if sooner) the whole: one timer,
+        moved once the headers are in; every failure, a conversion that fails included, is an
         `UpstreamError` without secrets."""
         assert self._session is not None, "start() first"
+        now = asyncio.get_running_loop().time()
+        end = min(now + self.config.timeouts.total, deadline)
+        if end <= now:
+            raise UpstreamTimeout(f"tier {self.tier!r}: no time left before the call's deadline", tier=self.tier)
         try:
             with self._in_flight():
-                async with asyncio.timeout(self.config.timeouts.first_token):
-                    resp = await self._session.post(url, data=data, headers=headers, timeout=self._timeout(deadline))
-                async with resp:
-                    if resp.status >= 400:
-                        await self._error_status(resp)
-                    raw = await self._body(resp)
+                async with asyncio.timeout_at(min(now + self.config.timeouts.first_token, end)) as limit:
+                    resp = await self._session.post(self._url(url), data=data, headers=headers,
+                                                    timeout=self._connect_timeout)  # fmt: skip
+                    limit.reschedule(end)
+                    async with resp:
+                        if resp.status >= 400:
+                            await self._error_status(resp)
+                        raw = await self._body(resp)
         except Exception as exc:
             self._fail(exc)
         try:
@@ -162,7 +175,8 @@ class PooledHTTP:
             resp: aiohttp.ClientResponse | None = None
             try:
                 async with asyncio.timeout(self.config.timeouts.first_token):
-                    resp = await self._session.post(url, data=data, headers=headers, timeout=self._timeout(deadline))
+                    resp = await self._session.post(self._url(url), data=data, headers=headers,
+                                                    timeout=self._timeout(deadline))  # fmt: skip
                     if resp.status >= 400:
                         await self._error_status(resp)
                     events = sse_events(resp.content, self.limits.max_body_bytes)
@@ -226,6 +240,11 @@ class PooledHTTP:
         except Exception as exc:
             kind = type(exc).__name__
             raise UpstreamError(f"tier {self.tier!r} sent a malformed answer ({kind})", tier=self.tier) from None
+
+    def _url(self, url: str) -> URL:
+        if (parsed := self._urls.get(url)) is None:
+            parsed = self._urls[url] = URL(url)
+        return parsed
 
     def _timeout(self, deadline: float) -> aiohttp.ClientTimeout:
         t = self.config.timeouts
