@@ -11,7 +11,8 @@ One span per call (kind SERVER, a child of the client's `traceparent` when it se
 child per attempt (kind CLIENT: one upstream tier asked), named and attributed after the GenAI
 semantic conventions (`gen_ai.operation.name`, `gen_ai.request.model`, `gen_ai.response.model`,
 `gen_ai.usage.input_tokens`/`output_tokens`, `gen_ai.provider.name`), plus the routing:
-`agent_router.tier`, `.route`, `.escalated`, `.mistakes`, `.lane`, `.verdicts`, `.tiers`, `.reason`.
+`agent_router.tier`, `.route`, `.escalated`, `.mistakes`, `.lane`, `.verdicts`, `.tiers`, `.reason`
+(lists and flags only when not empty: every attribute costs the exporter's encoding).
 Prompts and answers are never put in spans, unless `otel_capture_content` (settings) asks for
 them: then `gen_ai.input.messages` and `gen_ai.output.messages`, as JSON, each cut at 64 KiB.
 
@@ -30,7 +31,8 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from types import SimpleNamespace, TracebackType
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -111,6 +113,7 @@ class Tracing:
         self.capture = settings.otel_capture_content
         self._provider: Any = None
         self._tracer: Any = None
+        self.api: Any = None  # the opentelemetry names the spans use, imported once at open()
 
     @property
     def enabled(self) -> bool:
@@ -134,6 +137,16 @@ class Tracing:
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         else:
             provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
+        from opentelemetry import propagate
+        from opentelemetry import trace as api
+
+        self.api = SimpleNamespace(
+            extract=propagate.extract,
+            set_span_in_context=api.set_span_in_context,
+            SpanKind=api.SpanKind,
+            Status=api.Status,
+            StatusCode=api.StatusCode,
+        )
         self._provider = provider
         self._tracer = provider.get_tracer("agent-router", attributes["service.version"])
         log.info("OpenTelemetry traces on (%s exporter)", self.exporter)
@@ -149,10 +162,12 @@ class Tracing:
             await asyncio.to_thread(provider.shutdown)
 
     def start(self, trace: Trace) -> CallSpan | _Off:
-        """The span of a routed call, or OFF."""
+        """The span of a routed call, or OFF (tracing off, or this call not sampled: its attempts
+        would not be either, and a span that records nothing needs nothing more)."""
         if self._tracer is None:
             return OFF
-        return CallSpan(self, trace)
+        span = CallSpan(self, trace)
+        return span if span.span.is_recording() else OFF
 
 
 def _epoch_ns(loop_time: float) -> int:
@@ -169,9 +184,7 @@ class CallSpan:
     """One call's span and its attempts' child spans."""
 
     def __init__(self, tracing: Tracing, trace: Trace) -> None:
-        from opentelemetry import propagate
-        from opentelemetry.trace import SpanKind
-
+        api = tracing.api
         self._tracing = tracing
         body = trace.call.body
         self._requested = str(body.get("model", ""))
@@ -182,11 +195,11 @@ class CallSpan:
                 attributes[f"gen_ai.request.{field}"] = value
         if tracing.capture and isinstance(body.get("messages"), list):
             attributes["gen_ai.input.messages"] = _content(body["messages"])
-        self._context = propagate.extract(trace.call.headers)  # the client's traceparent, if any
+        self._context = api.extract(trace.call.headers)  # the client's traceparent, if any
         self.span = tracing._tracer.start_span(
             f"chat {self._requested}".strip(),
             context=self._context,
-            kind=SpanKind.SERVER,
+            kind=api.SpanKind.SERVER,
             attributes=attributes,
             start_time=_epoch_ns(trace.started),
         )
@@ -194,45 +207,9 @@ class CallSpan:
         self._text: list[str] = []  # streams, content capture only: the text sent
         self._tools: dict[int, dict[str, str]] = {}  # ...and the tool calls, by index
 
-    @contextlib.contextmanager
-    def attempt(self, trace: Trace) -> Iterator[None]:
+    def attempt(self, trace: Trace) -> _AttemptSpan:
         """A child span around one attempt (the tier is known once the attempt has picked it)."""
-        from opentelemetry import trace as otel
-        from opentelemetry.trace import SpanKind, Status, StatusCode
-
-        tried, mistakes, verdicts = len(trace.tried), len(trace.mistakes), len(trace.verdicts)
-        parent = otel.set_span_in_context(self.span, self._context)
-        span = self._tracing._tracer.start_span("chat", context=parent, kind=SpanKind.CLIENT)
-        outcome = "answered"
-        try:
-            yield
-        except BaseException as exc:
-            outcome = _attempt_outcome(exc)
-            if outcome == "failed":
-                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-                span.set_attribute("error.type", _error_type(exc))
-            raise
-        finally:
-            tiers = trace.tried[tried:]
-            tier = tiers[0] if tiers else trace.tier
-            model = trace.policy.models.get(tier)
-            upstream = model.upstream_model if model is not None else tier
-            span.update_name(f"chat {upstream}")
-            span.set_attributes(
-                {
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.request.model": upstream,
-                    "gen_ai.provider.name": model.provider if model is not None else "",
-                    "gen_ai.system": model.provider if model is not None else "",
-                    "agent_router.tier": tier,
-                    "agent_router.tiers": tiers,
-                    "agent_router.attempt": tried + 1,
-                    "agent_router.mistakes": trace.mistakes[mistakes:],
-                    "agent_router.verdicts": trace.verdicts[verdicts:],
-                    "agent_router.outcome": outcome,
-                }
-            )
-            span.end()
+        return _AttemptSpan(self, trace)
 
     def answer(self, data: Mapping[str, Any]) -> None:
         """The whole answer of a JSON call: response model, id, finish reasons, usage."""
@@ -285,22 +262,19 @@ class CallSpan:
 
     def end(self, trace: Trace) -> None:
         """The call is over; the exception ending it, if any, is the one being raised (sys.exc_info)."""
-        from opentelemetry.trace import Status, StatusCode
-
         exc = sys.exc_info()[1]
-        self.span.set_attributes(
-            {
-                "agent_router.tier": trace.tier,
-                "agent_router.route": trace.route,
-                "agent_router.reason": trace.decision.reason,
-                "agent_router.escalated": trace.escalated,
-                "agent_router.repaired": trace.repaired,
-                "agent_router.mistakes": trace.mistakes,
-                "agent_router.tiers": trace.tried,
-                "agent_router.verdicts": trace.verdicts,
-                "agent_router.lane": trace.lane.name,
-            }
-        )
+        attributes: dict[str, Any] = {
+            "agent_router.tier": trace.tier,
+            "agent_router.route": trace.route,
+            "agent_router.reason": trace.decision.reason,
+            "agent_router.escalated": trace.escalated,
+            "agent_router.tiers": trace.tried,
+            "agent_router.lane": trace.lane.name,
+        }
+        for key, value in (("mistakes", trace.mistakes), ("verdicts", trace.verdicts), ("repaired", trace.repaired)):
+            if value:  # absent: none (each attribute costs the exporter's encoding)
+                attributes[f"agent_router.{key}"] = value
+        self.span.set_attributes(attributes)
         if self._tracing.capture and (self._text or self._tools):
             message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
             if self._tools:
@@ -311,8 +285,56 @@ class CallSpan:
         if outcome == "failed":
             assert exc is not None
             self.span.set_attribute("error.type", _error_type(exc))
-            self.span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            api = self._tracing.api
+            self.span.set_status(api.Status(api.StatusCode.ERROR, type(exc).__name__))
         self.span.end()
+
+
+class _AttemptSpan:
+    """The span of one attempt: kind CLIENT, named after the upstream model it asked."""
+
+    __slots__ = ("_call", "_marks", "_span", "_trace")
+
+    def __init__(self, call: CallSpan, trace: Trace) -> None:
+        self._call, self._trace = call, trace
+        self._marks = (len(trace.tried), len(trace.mistakes), len(trace.verdicts))
+        api = call._tracing.api
+        parent = api.set_span_in_context(call.span, call._context)
+        self._span = call._tracing._tracer.start_span("chat", context=parent, kind=api.SpanKind.CLIENT)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        span, trace = self._span, self._trace
+        tried, mistakes, verdicts = self._marks
+        outcome = "answered" if exc is None else _attempt_outcome(exc)
+        if outcome == "failed":
+            assert exc is not None
+            api = self._call._tracing.api
+            span.set_status(api.Status(api.StatusCode.ERROR, type(exc).__name__))
+            span.set_attribute("error.type", _error_type(exc))
+        tiers = trace.tried[tried:]
+        tier = tiers[0] if tiers else trace.tier
+        model = trace.policy.models.get(tier)
+        upstream = model.upstream_model if model is not None else tier
+        span.update_name(f"chat {upstream}")
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": upstream,
+            "gen_ai.provider.name": model.provider if model is not None else "",
+            "agent_router.tier": tier,
+            "agent_router.attempt": tried + 1,
+            "agent_router.outcome": outcome,
+        }
+        if len(tiers) > 1:
+            attributes["agent_router.tiers"] = tiers  # hedged: raced against another tier
+        if trace.mistakes[mistakes:]:
+            attributes["agent_router.mistakes"] = trace.mistakes[mistakes:]
+        if trace.verdicts[verdicts:]:
+            attributes["agent_router.verdicts"] = trace.verdicts[verdicts:]
+        span.set_attributes(attributes)
+        span.end()
 
 
 def _attempt_outcome(exc: BaseException) -> str:

@@ -128,7 +128,8 @@ async def test_escalated_call_one_span_per_attempt(start_fake_, proxy_, sink, ot
         "escalated",
         ["invalid_json"],
     )
-    assert (s["agent_router.tier"], s["agent_router.outcome"], s["agent_router.mistakes"]) == ("full", "answered", [])
+    assert (s["agent_router.tier"], s["agent_router.outcome"]) == ("full", "answered")
+    assert "agent_router.mistakes" not in s and "agent_router.tiers" not in s  # empty: left out
     assert f["gen_ai.provider.name"] == "openai" and s["gen_ai.request.model"] == "full-model"
     assert call.span.start_time_unix_nano <= first.span.start_time_unix_nano
     assert second.span.end_time_unix_nano <= call.span.end_time_unix_nano
@@ -193,3 +194,16 @@ async def test_off_exports_nothing(start_fake_, proxy_, sink, otel_env) -> None:
     assert (await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER})).status == 200
     await proxy.stop()  # a provider would export what it queued now
     assert received.requests == 0
+
+
+async def test_unsampled_calls_export_nothing(start_fake_, proxy_, sink, otel_env) -> None:
+    """OTEL_TRACES_SAMPLER (here always_off) is the SDK's: a call not sampled gets no spans at all."""
+    received, _ = sink
+    otel_env(OTEL_TRACES_SAMPLER="always_off")
+    fake = await start_fake_(FakeConfig(seed=6))
+    proxy = await proxy_(policy_text(fake.url))
+    assert proxy.router.tracing.enabled
+    for stream in (False, True):
+        body = {"model": "auto", "messages": USER, "stream": stream}
+        assert (await post(proxy.url + "/chat/completions", body)).status == 200
+    assert await exported(proxy, received) == []
