@@ -28,6 +28,7 @@ import datetime as dt
 import os
 import re
 import resource
+import shlex
 import shutil
 import signal
 import subprocess
@@ -44,7 +45,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from bench.harness import Cluster, CpuMeter, Proc, StartError, free_port, wait_healthy
+from bench.harness import Cluster, CpuMeter, Proc, StartError, busy_seconds, descendants, free_port, wait_healthy
 from bench.load import Result, closed_loop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -200,34 +201,49 @@ async def counted(bases: list[str], settle: float = 1.5, limit: float = 20.0) ->
 
 
 @contextlib.asynccontextmanager
-async def routers(cluster: Cluster, setup: Setup, redis_url: str, fake_port: int) -> AsyncIterator[list[Proc]]:
+async def routers(
+    cluster: Cluster, setup: Setup, redis_url: str, fake_port: int
+) -> AsyncIterator[tuple[Proc, list[int]]]:
+    """The set-up's `serve` processes and their ports, all in one session (one shell): the kernel's
+    autogroup scheduler gives each session one share of the CPU against the machine's other work,
+    so N replicas started as N sessions would get N shares where N workers get one."""
     prefix = f"bench-scale-{uuid.uuid4().hex[:8]}:"  # fresh counters for this set-up
     env: dict[str, str | None] = {"BENCH_FAKE_PORT": str(fake_port), "AGENT_ROUTER_STORE_PREFIX": prefix}
-    procs = []
+    ports = [free_port() for _ in range(setup.replicas)]
+    serves = [
+        shlex.join([sys.executable, "-m", "router", "serve", "--policy", str(POLICY), "--port", str(port),
+                    "--store", redis_url, "--log-level", "warning", "--workers", str(setup.workers)])
+        for port in ports
+    ]  # fmt: skip
+    proc = cluster.start(setup.key, ["bash", "-c", " & ".join(serves) + " & wait"], ports[0], env)
     try:
-        for i in range(setup.replicas):
-            port = free_port()
-            cmd = [sys.executable, "-m", "router", "serve", "--policy", str(POLICY), "--port", str(port),
-                   "--store", redis_url, "--log-level", "warning", "--workers", str(setup.workers)]  # fmt: skip
-            procs.append(cluster.start(f"{setup.key}-{i}", cmd, port, env))
-        for proc in procs:
-            await wait_healthy(proc, f"http://127.0.0.1:{proc.port}/healthz", 60)
-        yield procs
+        for port in ports:
+            await wait_healthy(proc, f"http://127.0.0.1:{port}/healthz", 60)
+        yield proc, ports
     finally:
-        for proc in procs:
-            cluster.stop(proc)
+        children = descendants(proc.pid)
+        cluster.stop(proc)  # SIGTERM to the session: every serve stops gracefully
+        await asyncio.to_thread(_gone, children, 20.0)  # before the next set-up is measured
+
+
+def _gone(pids: list[int], limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in pids):
+        time.sleep(0.1)
 
 
 async def measure(cluster: Cluster, setup: Setup, run: Run, redis: Proc, fake: Proc, work: Path) -> Measured:
     url_of = "http://127.0.0.1:{}/v1/chat/completions".format
-    async with routers(cluster, setup, f"redis://127.0.0.1:{redis.port}/0", fake.port) as procs:
-        urls = [url_of(p.port) for p in procs]
-        bases = [f"http://127.0.0.1:{p.port}" for p in procs]
+    async with routers(cluster, setup, f"redis://127.0.0.1:{redis.port}/0", fake.port) as (proc, ports):
+        urls = [url_of(port) for port in ports]
+        bases = [f"http://127.0.0.1:{port}" for port in ports]
         load = (lambda s: wrk_load(urls, s, work)) if run.generator == "wrk" else (lambda s: aiohttp_load(urls, s))
         await load(3)  # warm-up: connections, pools, JIT-free Python's caches
         before = await counted(bases)
-        with CpuMeter([*procs, fake, redis]) as meter:
+        busy0 = busy_seconds()
+        with CpuMeter([proc, fake, redis]) as meter:
             values, gen_cpu = await load(run.seconds)
+        busy = busy_seconds() - busy0
         after = await counted(bases)
         # exactness: a count-bounded phase, every call answered before the count is read
         payload = orjson.dumps(BODY)
@@ -238,7 +254,7 @@ async def measure(cluster: Cluster, setup: Setup, run: Run, redis: Proc, fake: P
         sent = sum(p.requests for p in parts)
         final = await counted(bases)
     wall = values["seconds"]
-    router_cpu = sum(meter.used[p.name] for p in procs)
+    router_cpu = meter.used[proc.name]
     completed = int(values["completed"])
     cores = {
         "routers": router_cpu / wall,
@@ -246,6 +262,7 @@ async def measure(cluster: Cluster, setup: Setup, run: Run, redis: Proc, fake: P
         "redis": meter.used[redis.name] / wall,
         "load generator": gen_cpu / wall,
         "others": max(0.0, meter.others - (gen_cpu / wall if run.generator == "wrk" else 0.0)),
+        "idle": max(0.0, len(os.sched_getaffinity(0)) - busy / wall),
     }
     return Measured(
         setup, completed / wall, values["p50"], values["p90"], values["p99"], int(values["errors"]),
@@ -308,7 +325,9 @@ def write(run: Run, path: Path) -> None:
         "and round after a 3 s warm-up; replicas get equal shares (one wrk thread per replica)"
         + ("" if run.generator == "wrk" else " — aiohttp in the bench process: it needs more CPU per call than wrk"),
         "- **everything runs on the same cores**: the routers compete with the load generator, the fake "
-        "upstream and Redis (the `cores` columns say who used what), and with whatever else the machine ran",
+        "upstream and Redis (the `cores` columns say who used what), and with whatever else the machine ran "
+        "(`others`); each set-up's `serve` processes run in one session, so the kernel's autogroup "
+        "scheduler gives every set-up the same one share of the CPU against that other work",
         "- counted: calls the shared store counted during the timed load, read from every replica (they "
         "agree when state is shared); it lies between the calls wrk completed and issued, since those in "
         "flight when wrk stops may or may not reach a router. exact: a count-bounded phase after it "
@@ -316,8 +335,8 @@ def write(run: Run, path: Path) -> None:
         "",
         "| set-up | round | calls/s | ratio to 1 process | p50 ms | p90 ms | p99 ms | errors | router CPU ms/call "
         "| counted (per replica) | completed..issued | exact counted/sent | cores: routers | fake | Redis "
-        "| load gen. | others |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|",
+        "| load gen. | others | idle |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for key in ("one", "workers", "replicas"):
         for i, m in enumerate(by[key], start=1):
@@ -326,7 +345,8 @@ def write(run: Run, path: Path) -> None:
                 f"| {m.setup.label} | {i} | {m.rps:.0f} | {m.rps / base:.2f} | {m.p50:.2f} | {m.p90:.2f} | "
                 f"{m.p99:.2f} | {m.errors} | {m.router_cpu_ms:.3f} | {', '.join(map(str, m.counted))} | "
                 f"{m.completed}..{m.issued} | {m.exact_counted}/{m.exact_sent} | {c['routers']:.2f} | "
-                f"{c['fake']:.2f} | {c['redis']:.2f} | {c['load generator']:.2f} | {c['others']:.2f} |"
+                f"{c['fake']:.2f} | {c['redis']:.2f} | {c['load generator']:.2f} | {c['others']:.2f} | "
+                f"{c['idle']:.2f} |"
             )
     lines += ["", "Mean over the rounds:", "", "| set-up | calls/s | ratio to 1 process | p50 ms | p99 ms |",
               "|---|---:|---:|---:|---:|"]  # fmt: skip
