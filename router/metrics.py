@@ -7,14 +7,17 @@ and route for time-to-first-token and total time.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 if TYPE_CHECKING:
     from router.store.base import RoutedCall
 
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own: values in per-process files there
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -93,23 +96,24 @@ class Metrics:
             ["route", "reason"],
             registry=r,
         )
-        self.shadow_inflight = Gauge("router_shadow_inflight", "Shadow comparisons in flight", registry=r)
+        self.shadow_inflight = Gauge(
+            "router_shadow_inflight", "Shadow comparisons in flight", registry=r, multiprocess_mode="livesum"
+        )
         self.left_out = Counter(  # router/responses/items.py, router/responses/tools.py
             "router_left_out",
             "Parts of client requests a chat tier cannot take, left out of what it sees, by API, part and type",
             ["api", "part", "type"],
             registry=r,
         )
+        # the children of the per-call metrics, by their labels (tiers x routes: bounded by the policy)
+        self._answers: dict[tuple[str, str], Counter] = {}
+        self._calls: dict[tuple[str, str, bool], tuple[Counter, Histogram, Histogram]] = {}
 
     def observe_left_out(self, api: str, counts: Mapping[str, int]) -> None:
         """`counts`: "part:type" → how many (tool:web_search, item:tool_search_call, ...)."""
         for key, n in counts.items():
             part, _, kind = key.partition(":")
             self.left_out.labels(api, part, kind).inc(n)
-
-        # the children of the per-call metrics, by their labels (tiers x routes: bounded by the policy)
-        self._answers: dict[tuple[str, str], Counter] = {}
-        self._calls: dict[tuple[str, str, bool], tuple[Counter, Histogram, Histogram]] = {}
 
     def observe_answer(self, tier: str, route: str, answered: bool, kinds: Sequence[str]) -> None:
         if answered:
@@ -145,4 +149,10 @@ class Metrics:
         self.limits.labels(limit).inc()
 
     def render(self) -> bytes:
+        """The exposition; under `serve --workers N` (PROMETHEUS_MULTIPROC_DIR, set by the supervisor)
+        the sum over every worker, whichever worker answers the scrape."""
+        if path := os.environ.get(MULTIPROCESS_DIR):
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path)  # type: ignore[no-untyped-call]
+            return generate_latest(registry)
         return generate_latest(self.registry)

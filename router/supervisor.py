@@ -17,7 +17,8 @@ The supervisor (the `serve` process itself) starts the workers and then only han
                     (bad TLS files, the app failing to start) stops the whole server instead
 
 Each worker is a fresh interpreter (multiprocessing spawn) running uvicorn with `factory`, the app
-built from the environment (router/serve.py).
+built from the environment (router/serve.py). Their Prometheus values go to files in one directory
+(prometheus_client's multiprocess mode), so /metrics sums every worker.
 """
 
 from __future__ import annotations
@@ -26,13 +27,18 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
 from typing import Any
+
+from router.metrics import MULTIPROCESS_DIR
 
 __all__ = ["Supervisor", "listening_socket"]
 
@@ -97,6 +103,10 @@ class Supervisor:
         host, port = str(self.options.get("host", "127.0.0.1")), int(self.options.get("port", 8000))
         with listening_socket(host, port, reuse_port=False):  # in use (say by another `serve`)? then stop here
             pass
+        with _metrics_dir():
+            return self._serve(host, port)
+
+    def _serve(self, host: str, port: int) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, lambda signum, _frame: self._signals.append(signum))
         self._workers = [self._start() for _ in range(self.count)]
@@ -148,6 +158,7 @@ class Supervisor:
                 log.error("worker %s exited with %s before it served", worker.pid, worker.process.exitcode)
                 return False
             log.warning("worker %s exited with %s; starting another", worker.pid, worker.process.exitcode)
+            _gone(worker)
             time.sleep(RESTART_DELAY)
             self._workers[i] = self._start()
             if not self._wait_ready(self._workers[i]):
@@ -179,7 +190,32 @@ class Supervisor:
                 log.warning("worker %s did not stop within %.0f s; killing it", worker.pid, grace)
                 worker.process.kill()
                 worker.process.join(5)
+            _gone(worker)
 
     def _stop_all(self) -> None:
         self._stop(self._workers)
 
+
+@contextlib.contextmanager
+def _metrics_dir() -> Iterator[None]:
+    """Where the workers' Prometheus values go (prometheus_client's multiprocess mode), so that a
+    scrape of /metrics, whichever worker answers it, sums them all: a fresh directory, removed at
+    the end — unless the operator named one in PROMETHEUS_MULTIPROC_DIR."""
+    if os.environ.get(MULTIPROCESS_DIR):
+        yield
+        return
+    path = tempfile.mkdtemp(prefix="agent-router-metrics-")
+    os.environ[MULTIPROCESS_DIR] = path  # inherited by every worker started from here on
+    try:
+        yield
+    finally:
+        os.environ.pop(MULTIPROCESS_DIR, None)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _gone(worker: _Process) -> None:
+    """A worker exited: its live gauges leave the sums (its counters stay counted)."""
+    from prometheus_client.multiprocess import mark_process_dead
+
+    if worker.pid is not None and os.environ.get(MULTIPROCESS_DIR):
+        mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]

@@ -53,8 +53,9 @@ class Served:
         return found
 
 
-def established(pid: int, port: int) -> int:
-    """Connections accepted on `port` that process `pid` holds (its socket fds, matched in /proc/net/tcp)."""
+def established(pid: int, port: int, state: str = "01") -> int:
+    """Connections accepted on `port` that process `pid` holds (its socket fds, matched in /proc/net/tcp);
+    `state` "0A": its listening sockets on `port` instead."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         with contextlib.suppress(OSError):
@@ -66,7 +67,7 @@ def established(pid: int, port: int) -> int:
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            if local_port == port and fields[3] == "01" and fields[9] in inodes:  # 01: ESTABLISHED
+            if local_port == port and fields[3] == state and fields[9] in inodes:  # 01: ESTABLISHED, 0A: LISTEN
                 count += 1
     return count
 
@@ -90,6 +91,7 @@ async def serve(tmp_path: Path, policy: str, *args: str) -> AsyncIterator[Served
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
     )  # fmt: skip
     served = Served(proc, f"http://127.0.0.1:{port}", log_path)
+    workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as probe:
             for _ in range(300):  # bounded: 30 s for imports and every worker's start-up
@@ -97,8 +99,9 @@ async def serve(tmp_path: Path, policy: str, *args: str) -> AsyncIterator[Served
                     break
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                     async with probe.get(served.base + "/healthz") as resp:
-                        if resp.status == 200 and len(served.workers()) >= 1:
-                            break
+                        pids = served.workers() or {proc.pid}
+                        if resp.status == 200 and sum(established(p, port, "0A") for p in pids) == workers:
+                            break  # every worker listens
                 await asyncio.sleep(0.1)
         assert proc.returncode is None, log_path.read_text()
         yield served
@@ -288,3 +291,18 @@ async def test_port_taken(fake, tmp_path: Path) -> None:
         taken.close()
     assert proc.returncode == 1, (out, err)
     assert b"cannot listen on 127.0.0.1:" in err and b"Address already in use" in err
+
+
+async def test_metrics_sum_every_worker(fake, tmp_path: Path) -> None:
+    """Whichever worker answers a scrape, /metrics counts the calls of all of them."""
+    async with serve(tmp_path, policy_text(fake.url), "--workers", "2", "--store", f"sqlite:///{tmp_path}/m.db",
+                     "--log-level", "warning") as served:  # fmt: skip
+        assert await _calls(served.base, 40) == [200] * 40
+        seen = []
+        for _ in range(8):  # fresh connections: the scrapes land on both workers
+            connector = aiohttp.TCPConnector(force_close=True)
+            async with aiohttp.ClientSession(connector=connector) as s, s.get(served.base + "/metrics") as resp:
+                text = await resp.text()
+            calls = [line for line in text.splitlines() if line.startswith("router_calls_total{")]
+            seen.append(sum(float(line.rsplit(" ", 1)[1]) for line in calls))
+        assert seen == [40.0] * 8
