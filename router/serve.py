@@ -14,7 +14,7 @@ The store rule for N > 1 (what the workers share, and what stays inside each one
               calls remembered for agent-reported errors stay per worker — said at start
   redis://    everything is shared, as between replicas
 
-In every case `/metrics` (Prometheus) and the in-flight limit are per worker.
+In every case the in-flight limit (`max_concurrency`) is per worker; `/metrics` sums them all.
 """
 
 from __future__ import annotations
@@ -67,12 +67,12 @@ def store_notice(url: str, workers: int) -> str:
         return (
             f"{workers} workers share counters, shadow samples and stored responses through the SQLite file. "
             "Per worker: sticky sessions (a session's next call may land on another worker and be routed "
-            "afresh), the tool calls remembered for agent-reported errors, /metrics and the in-flight limit. "
+            "afresh), the tool calls remembered for agent-reported errors, and the in-flight limit. "
             "A redis:// store shares sessions too."
         )
     return (
         f"{workers} workers share counters, sessions and stored responses through the store. "
-        "Per worker: /metrics and the in-flight limit."
+        "Per worker: the in-flight limit."
     )
 
 
@@ -86,8 +86,9 @@ def runner(settings: Settings, app: Starlette, workers: int) -> Callable[..., No
         return functools.partial(uvicorn.run, app)
     if settings.port == 0:
         raise ValueError("--workers needs a fixed --port: every worker binds it")
-    router = app.state.router
-    log.warning("%s", store_notice(settings.store or router.policy.current.store, workers))
+    url = settings.store or app.state.router.policy.current.store
+    notice = store_notice(url, workers)
+    (log.warning if url.lower().startswith("sqlite") else log.info)("%s", notice)
     export(settings)
     return functools.partial(_supervise, workers)
 
