@@ -650,9 +650,9 @@ def write_markdown(run: Run, vs: list[Verdict], path: Path) -> None:
         f"- date: {run.started.strftime('%Y-%m-%d %H:%M UTC')}, run took {run.seconds:.0f} s",
         f"- machine: {machine()}",
         f"- agent-router {run.versions.get('agent-router', '?')} (git {run.versions.get('git', '?')}), "
-        f"LiteLLM {run.versions.get('litellm', '?')} (proxy, `--num_workers 1`, no DB, callbacks off, "
-        "`LITELLM_LOCAL_MODEL_COST_MAP=True`), aiohttp client "
-        f"{run.versions.get('aiohttp', '?')}",
+        + (f"LiteLLM {run.versions.get('litellm', '?')} (proxy, `--num_workers 1`, no DB, callbacks off, "
+           "`LITELLM_LOCAL_MODEL_COST_MAP=True`), " if run.litellm else "LiteLLM not run (`--no-litellm`), ")
+        + f"aiohttp client {run.versions.get('aiohttp', '?')}",
         "- load: closed loop, one aiohttp session per target with keep-alive; measured requests (after "
         f"warm-up: {c.warm} before c=1, {c.warm_load} before the others): c=1: {c.c1}, c=16: {c.c16}, "
         f"streaming c=8: {c.stream}, in {c.rounds} round(s): each round runs every phase on every target "
@@ -667,6 +667,8 @@ def write_markdown(run: Run, vs: list[Verdict], path: Path) -> None:
         "per request, during the c=16 JSON and the c=8 stream loops.",
         f"- other processes on the machine used {_others(run)} during the measured loops "
         "(busy time from /proc/stat minus this benchmark's processes)" + _noisy(run) + ".",
+        *[f"- candidate {t.label.removeprefix('agent-router candidate ')}: agent-router with `router` imported "
+          f"from `{tree}` (another source tree: a before/after), on the plain load" for t, tree in run.candidates],
         "- validation on: `bench/policies/bench-validate.yaml` (tools → `fast`, escalation to `full`: "
         "answers checked, streamed tool calls held until valid); off: `bench-novalidate.yaml` (no chain).",
         "",
