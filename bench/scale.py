@@ -348,6 +348,13 @@ def write(run: Run, path: Path) -> None:
                 f"{c['fake']:.2f} | {c['redis']:.2f} | {c['load generator']:.2f} | {c['others']:.2f} | "
                 f"{c['idle']:.2f} |"
             )
+    others = _mean([m.cores["others"] for m in run.results])
+    idle = _mean([m.cores["idle"] for m in run.results])
+    if idle < 0.1:
+        lines += ["", f"**No set-up found idle CPU** (idle {idle:.2f} cores on average) while other work on the "
+                  f"machine took {others:.2f} cores: every set-up ran on what that work left, so these ratios do "
+                  "not show what N workers or replicas gain — that needs a quiet machine. Per-call CPU and "
+                  "counted/sent hold regardless."]  # fmt: skip
     lines += ["", "Mean over the rounds:", "", "| set-up | calls/s | ratio to 1 process | p50 ms | p99 ms |",
               "|---|---:|---:|---:|---:|"]  # fmt: skip
     for key in ("one", "workers", "replicas"):
