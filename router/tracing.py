@@ -339,7 +339,7 @@ class _AttemptSpan:
 
 def _attempt_outcome(exc: BaseException) -> str:
     if isinstance(exc, Escalate):
-        return "retried" if exc.same_tier else "escalated"
+        return "retried" if exc.backoff else "escalated"  # retried: the same tier again after an upstream error
     return "cancelled" if isinstance(exc, GeneratorExit | asyncio.CancelledError) else "failed"
 
 

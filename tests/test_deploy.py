@@ -76,6 +76,7 @@ def test_router_deployment_fits_the_router() -> None:
         get = container[probe]["httpGet"]
         assert get["path"] in served and get["port"] == "http", probe
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
     # the policy: mounted as a directory (a subPath mount is never updated, so never reloaded)
     policy_path = Path(args[args.index("--policy") + 1])
