@@ -14,7 +14,8 @@ The store rule for N > 1 (what the workers share, and what stays inside each one
               calls remembered for agent-reported errors stay per worker — said at start
   redis://    everything is shared, as between replicas
 
-In every case the in-flight limit (`max_concurrency`) is per worker; `/metrics` sums them all.
+In every case the in-flight and connection limits (`max_concurrency`, `max_connections`) are per
+worker; `/metrics` sums every worker.
 """
 
 from __future__ import annotations
@@ -67,12 +68,12 @@ def store_notice(url: str, workers: int) -> str:
         return (
             f"{workers} workers share counters, shadow samples and stored responses through the SQLite file. "
             "Per worker: sticky sessions (a session's next call may land on another worker and be routed "
-            "afresh), the tool calls remembered for agent-reported errors, and the in-flight limit. "
+            "afresh), the tool calls remembered for agent-reported errors, and the in-flight and connection limits. "
             "A redis:// store shares sessions too."
         )
     return (
         f"{workers} workers share counters, sessions and stored responses through the store. "
-        "Per worker: the in-flight limit."
+        "Per worker: the in-flight and connection limits."
     )
 
 
