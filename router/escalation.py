@@ -1,6 +1,6 @@
 """One call's journey across tiers: which tier to try next, what went wrong, what to tell the client.
 
-The loop is router/attempts.py's: `Trace.attempts()` retries while `Escalate` is raised. Every tier's
+The loop itself is tenacity's: `Trace.attempts()` retries while `Escalate` is raised. Every tier's
 answer is checked, the chain's last one's too. A `Trace` raises `Escalate` while another attempt is
 allowed (attempt count and deadline): the next attempt goes to a stronger tier, or — on the chain's
 last tier — to the same tier again, as a repair (`tool_choice` pinned to the tool the model meant)
@@ -20,10 +20,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
-from tenacity import RetryCallState
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
-from router.attempts import Attempts
 from router.call import Call
 from router.errors import ChecksFailed, UpstreamError
 from router.lanes import STANDARD_LANE, Choice
@@ -41,7 +40,7 @@ log = logging.getLogger("router.escalation")
 
 
 class Escalate(Exception):
-    """Try again: raised inside an attempt (router/attempts.py)."""
+    """Try again: raised inside a tenacity attempt."""
 
     def __init__(self, mistakes: Sequence[str], backoff: bool = False) -> None:
         super().__init__(", ".join(mistakes))
@@ -83,8 +82,13 @@ class Trace:
         self.deadline = self.started + policy.escalation.deadline
 
     # -- the loop ---------------------------------------------------------------------------
-    def attempts(self) -> Attempts:
-        return Attempts(self.policy.escalation.max_attempts, self._wait, retry_on=Escalate)
+    def attempts(self) -> AsyncRetrying:
+        return AsyncRetrying(
+            retry=retry_if_exception_type(Escalate),
+            stop=stop_after_attempt(self.policy.escalation.max_attempts),
+            wait=self._wait,
+            reraise=True,
+        )
 
     def _wait(self, state: RetryCallState) -> float:
         """The backoff, never past the call's deadline (the next attempt then times out at once)."""

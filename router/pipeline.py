@@ -2,7 +2,7 @@
 
     trace = begin(call)                     lane (router/lanes.py), agent feedback, sticky sessions,
                                             policy.decide (pure)
-    for each attempt (attempts.py):         escalation.Trace picks tier and body (routed, repair, stronger)
+    for each attempt (tenacity):            escalation.Trace picks tier and body (routed, repair, stronger)
         answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks
         trace.judge(answer)                 validate.check → record → Escalate if warranted
         trace.verify(answer)                the route's verifier (router/verify.py) → Escalate on reject
