@@ -131,9 +131,9 @@ class Run:
 
     def order(self) -> list[str]:
         """Row order: plain load (direct, LiteLLM, agent-router, traced, candidates), then the tool load."""
-        keys = [DIRECT.key, *([LITELLM.key] if self.litellm else []), ROUTER.key, TRACED.key]
+        keys = [DIRECT.key, *([LITELLM.key] if self.litellm else []), ROUTER.key, QUIET.key, TRACED.key]
         keys += [t.key for t, _ in self.candidates]
-        return [*keys, DIRECT_TOOLS.key, ROUTER_ON.key, ROUTER_OFF.key]
+        return [*keys, DIRECT_TOOLS.key, ROUTER_ON.key]
 
 
 # ------------------------------------------------------------------------------------ LiteLLM env
@@ -444,8 +444,8 @@ DIRECT = Target("direct", "direct to the fake", tools=False)
 DIRECT_TOOLS = Target("direct-tools", "direct to the fake, tools", tools=True)
 ROUTER = Target("agent-router", "agent-router", tools=False)
 TRACED = Target("agent-router-traced", "agent-router, OTel traces on", tools=False)
-ROUTER_ON = Target("agent-router-validate", "agent-router, tools, validation on", tools=True)
-ROUTER_OFF = Target("agent-router-novalidate", "agent-router, tools, validation off", tools=True)
+QUIET = Target("agent-router-quiet", "agent-router, access log off", tools=False)
+ROUTER_ON = Target("agent-router-validate", "agent-router, tools", tools=True)
 LITELLM = Target("litellm", "LiteLLM proxy", tools=False)
 
 
@@ -467,11 +467,12 @@ async def run_all(cluster: Cluster, counts: Counts, log_dir: Path, run: Run, pro
         await add(DIRECT, fake_url, None, None)
         await add(DIRECT_TOOLS, fake_url, None, None)
         env: dict[str, str | None] = {"BENCH_FAKE_PORT": str(fake_port)}
-        for target, policy in ((ROUTER, "bench.yaml"), (ROUTER_ON, "bench-validate.yaml"),
-                               (ROUTER_OFF, "bench-novalidate.yaml")):
+        # agent-router as it runs by default (an access-log line per request, written to its log file),
+        # then without the access log (the log level that also leaves uvicorn's lines out)
+        for target, policy, flags in ((ROUTER, "bench.yaml", ()), (QUIET, "bench.yaml", ("--log-level", "warning")),
+                                      (ROUTER_ON, "bench-validate.yaml", ())):
             port = free_port()
-            cmd = _router_cmd("serve", "--policy", str(POLICIES / policy), "--port", str(port),
-                              "--log-level", "warning")
+            cmd = _router_cmd("serve", "--policy", str(POLICIES / policy), "--port", str(port), *flags)
             proc, took = await stack.enter_async_context(started(cluster, target.label, cmd, port, "/healthz", 60, env))
             await add(target, f"http://127.0.0.1:{port}/v1/chat/completions", proc, took)
         # the same as ROUTER, exporting a span per call and one per attempt to an OTLP/HTTP sink
@@ -669,8 +670,11 @@ def write_markdown(run: Run, vs: list[Verdict], path: Path) -> None:
         "(busy time from /proc/stat minus this benchmark's processes)" + _noisy(run) + ".",
         *[f"- candidate {t.label.removeprefix('agent-router candidate ')}: agent-router with `router` imported "
           f"from `{tree}` (another source tree: a before/after), on the plain load" for t, tree in run.candidates],
-        "- validation on: `bench/policies/bench-validate.yaml` (tools → `fast`, escalation to `full`: "
-        "answers checked, streamed tool calls held until valid); off: `bench-novalidate.yaml` (no chain).",
+        "- tools: `bench/policies/bench-validate.yaml` (tools → `fast`, escalation to `full`: answers "
+        "checked, streamed tool calls held until valid; every tier is checked, so there is no unchecked row).",
+        "- access log: agent-router runs at the default `--log-level info`, one access-log line per request "
+        "to its log file; `access log off` runs at `--log-level warning` (no line), as the candidates and "
+        "the OTel row do.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join(["---"] + ["---:"] * (len(COLUMNS) - 1)) + "|",
