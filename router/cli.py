@@ -1,4 +1,4 @@
-"""`agent-router`: serve | check | up | fake-upstream | stats | report | eval | qa."""
+"""`agent-router`: serve | check | up | models | fake-upstream | stats | report | eval | qa."""
 
 from __future__ import annotations
 
@@ -150,6 +150,21 @@ def up(
 
     _logging("info")
     raise typer.Exit(run_local(policy=policy, port=port, fast_port=fast_port, full_port=full_port))
+
+
+@app.command()
+def models() -> None:
+    """Assemble the local demo's models (fast: Gemma 3 270M, full: Qwen2.5-Coder-1.5B) into the cache
+    once, with progress, and print their paths. Later runs take seconds (nothing is hashed again)."""
+    from router.llama import model_path
+    from router.models import QWEN25_CODER_1_5B, ensure
+
+    try:
+        typer.echo(f"fast  {model_path()}")
+        typer.echo(f"full  {ensure(QWEN25_CODER_1_5B)}")
+    except (ImportError, OSError, ValueError) as exc:  # ModelError is a ValueError
+        typer.echo(f"cannot prepare the models: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 UrlOpt = Annotated[str, typer.Option("--url", help="the running proxy")]

@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from router.models import cache_root
+
 MODEL_ALIAS = "gemma-3-270m"
 READY_TIMEOUT = 120.0  # seconds for each server to answer its readiness URL
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL
@@ -50,8 +52,7 @@ def _gguf() -> ModuleType:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "agent-router" / "models"
+    return cache_root() / "models"
 
 
 def model_path(cache_dir: Path | None = None) -> Path:
