@@ -73,6 +73,7 @@ class Trace:
         self.mistakes: list[str] = []
         self.repaired = False
         self.exhausted = False  # every attempt failed the checks (and the answer was refused or delivered)
+        self.salvaged = False  # a call written as text was made structured (router/salvage.py)
         self.verdicts: list[str] = []  # "kind:accept|reject|unsure" per verified answer
         self._repair_tool: str | None = None
         self._repaired_on: set[str] = set()  # tiers that had their one repair
@@ -269,6 +270,7 @@ class Trace:
             "x-router-mistakes": ",".join(self.mistakes),
             "x-router-repaired": "true" if self.repaired else "false",
             **({"x-router-exhausted": "true"} if self.exhausted else {}),
+            "x-router-salvaged": "true" if self.salvaged else "false",
             "x-router-lane": self.lane.name,
             **({"x-router-verified": ",".join(self.verdicts)} if self.verdicts else {}),
         }
@@ -284,6 +286,7 @@ class Trace:
                 "tiers": self.tried,
                 "repaired": self.repaired,
                 "exhausted": self.exhausted,
+                "salvaged": self.salvaged,
                 "verified": self.verdicts,
                 "lane": self.lane.name,
             }

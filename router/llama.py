@@ -38,6 +38,7 @@ from types import ModuleType
 from router.models import cache_root
 
 MODEL_ALIAS = "gemma-3-270m"
+CHAT_FORMAT = "chatml-function-calling"
 READY_TIMEOUT = 120.0  # seconds for each server to answer its readiness URL
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL
 _TAIL_BYTES = 16_384
@@ -201,17 +202,25 @@ class Child:
 
 
 def llama_argv(
-    model: Path, port: int, *, threads: int | None = None, n_ctx: int = 4096, extra_args: Sequence[str] = ()
+    model: Path,
+    port: int,
+    *,
+    alias: str = MODEL_ALIAS,
+    chat_format: str | None = CHAT_FORMAT,
+    threads: int | None = None,
+    n_ctx: int = 4096,
+    extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """The command line of one llama-cpp-python server (see the module docstring for the flags)."""
+    """The command line of one llama-cpp-python server (see the module docstring for the flags);
+    `chat_format` None: the chat template inside the GGUF."""
     threads = threads or max(1, (os.cpu_count() or 2) // 2)
     return [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model),
-        "--model_alias", MODEL_ALIAS,
+        "--model_alias", alias,
         "--host", "127.0.0.1",
         "--port", str(port),
-        "--chat_format", "chatml-function-calling",
+        *(["--chat_format", chat_format] if chat_format else []),
         "--n_ctx", str(n_ctx),
         "--n_threads", str(threads),
         "--n_threads_batch", str(threads),
@@ -230,13 +239,18 @@ class LlamaServer(Child):
         port: int,
         log_path: Path,
         *,
+        alias: str = MODEL_ALIAS,
+        chat_format: str | None = CHAT_FORMAT,
         threads: int | None = None,
         n_ctx: int = 4096,
         extra_args: Sequence[str] = (),
     ) -> None:
-        argv = llama_argv(model, port, threads=threads, n_ctx=n_ctx, extra_args=extra_args)
+        argv = llama_argv(
+            model, port, alias=alias, chat_format=chat_format, threads=threads, n_ctx=n_ctx, extra_args=extra_args
+        )
         super().__init__(name, argv, f"http://127.0.0.1:{port}/v1/models", log_path)
         self.port = port
+        self.alias = alias
 
     @property
     def url(self) -> str:

@@ -4,6 +4,7 @@
                                             policy.decide (pure)
     for each attempt (tenacity):            escalation.Trace picks tier and body (routed, repair, stronger)
         answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks
+        salvage(answer)                     a call written as text → a tool call (router/salvage.py)
         trace.judge(answer)                 validate.check → record → Escalate if warranted
         trace.verify(answer)                the route's verifier (router/verify.py) → Escalate on reject
     trace.delivered(answer)                 remember routed tool calls for agent-reported errors
@@ -27,6 +28,7 @@ from router.errors import UpstreamError
 from router.escalation import Trace
 from router.hedge import first_valid
 from router.policy.decide import Live, decide
+from router.salvage import salvage_reply, salvage_stream
 from router.streaming import Gate, Joiner
 from router.upstream.base import Chunk, Native, Reply, Upstream
 from router.validate import SchemaTooCostly
@@ -115,6 +117,7 @@ async def _reply(router: Router, trace: Trace, body: dict[str, Any], tier: str) 
             reply = await upstream.complete(body, trace.deadline)
     except UpstreamError as exc:
         trace.failed(tier, exc)
+    salvage_reply(trace, tier, reply)  # a call written as text, made structured (router/salvage.py)
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
@@ -138,6 +141,7 @@ async def _chunks(router: Router, trace: Trace, body: dict[str, Any], tier: str)
                 yield ready
     except UpstreamError as exc:
         trace.failed(tier, exc)
+    salvage_stream(trace, tier, gate)
     message = gate.message()
     trace.judge(tier, message, gate.finish_reason)
     await trace.verify(tier, body, {"message": message, "finish_reason": gate.finish_reason})

@@ -98,6 +98,20 @@ class Gate:
             msg["tool_calls"] = self.tool_calls()
         return msg
 
+    def text_held(self) -> bool:
+        """Is all the text so far held back (it opened like a call), with no call nor native event?"""
+        return self.hold_text and self._suspect is True and not self.calls and not self._native_tail
+
+    def replace_text(self, content: str | None, calls: list[dict[str, Any]]) -> None:
+        """Salvage (router/salvage.py): the held text becomes `content` and these calls, finish tool_calls."""
+        self._held = [c for c in self._held if not (c.data.get("choices") or [{}])[0].get("delta", {}).get("content")]
+        if content:
+            self._held.append(self._synth({"content": content}))
+        self.text = [content] if content else []
+        self.calls = dict(enumerate(calls))
+        self.finish_reason = "tool_calls"
+        self._tail = [_with(c, {}, "tool_calls") if c.data.get("choices") else c for c in self._tail]
+
     def release(self) -> list[Chunk]:
         """After the answer passed: held text, the tool calls (whole), then finish and usage."""
         out = self._flush()

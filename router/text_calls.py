@@ -9,12 +9,15 @@ the validator's judgement.
                                 (`name`/`function`/`tool` next to `arguments`/`args`/`input`, in
                                 `tool_calls` or `function` wrappers, lists), else `name(...)` as the
                                 whole answer or opening a ```tool_code fence (Gemma)
+    written_call_objects()      the same JSON calls with their arguments and where they sit (what
+                                router/salvage.py turns into structured calls)
     TextRules.announced()       a forward-looking announcement ("I'll call <tool>", "Calling <tool>")
                                 matched by `announced_call_patterns`; `<tool>` is any offered name
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Collection
@@ -102,6 +105,63 @@ def _json_text_calls(text: str, names: Collection[str]) -> list[str]:
             start = text.find("{", start + 1)
             continue
         _leaked_names(value, names, out)
+        start = text.find("{", end)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenCall:
+    """One call written as JSON text: the offered tool it names, its arguments as written (any JSON
+    value; a string may hold JSON), and where the JSON value that holds it sits in the text."""
+
+    name: str
+    arguments: Any
+    start: int
+    end: int
+
+
+def _call_objects(obj: Any, names: Collection[str], out: list[tuple[str, Any]], depth: int = 0) -> None:
+    """Like `_leaked_names`, but keep each call's arguments (a call needs an arguments key)."""
+    if depth > 3:
+        return
+    if isinstance(obj, list):
+        for item in obj[:16]:
+            _call_objects(item, names, out, depth + 1)
+        return
+    if not isinstance(obj, dict):
+        return
+    if isinstance(calls := obj.get("tool_calls"), list):
+        _call_objects(calls, names, out, depth + 1)
+        return
+    if isinstance(fn := obj.get("function"), dict):
+        _call_objects(fn, names, out, depth + 1)
+        return
+    args = next((k for k in _ARG_KEYS if k in obj), None)
+    name = next((v for k in _NAME_KEYS if isinstance(v := obj.get(k), str) and v in names), None)
+    if name is not None and args is not None:
+        out.append((name, obj[args]))
+
+
+def written_call_objects(text: str, names: Collection[str]) -> list[WrittenCall]:
+    """Every call of an offered tool (`names`) written in `text` as JSON — bare, in a fence, inside
+    `<tool_call>` tags — with its arguments and span; [] if none."""
+    out: list[WrittenCall] = []
+    start = text.find("{")
+    tries = 0
+    while start != -1 and tries < _JSON_SCAN_LIMIT:
+        tries += 1
+        decoded = None
+        for at in (start - 1, start) if start > 0 and text[start - 1] == "[" else (start,):  # a list whole
+            with contextlib.suppress(ValueError):
+                decoded = (*_DECODER.raw_decode(text, at), at)
+                break
+        if decoded is None:
+            start = text.find("{", start + 1)
+            continue
+        value, end, start = decoded
+        found: list[tuple[str, Any]] = []
+        _call_objects(value, names, found)
+        out += [WrittenCall(name, args, start, end) for name, args in found]
         start = text.find("{", end)
     return out
 

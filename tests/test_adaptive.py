@@ -392,6 +392,7 @@ ROUTES = """
         when: {tools: {present: true}}
         use: fast
         adaptive: {window: 600, max_mistake_rate: 0.3, min_samples: 5, probe_every: 4}
+        salvage: false  # the fake's text calls are valid: salvaged, they would not count as mistakes
       - name: default
         use: full
 """

@@ -66,6 +66,11 @@ class Tier(Strict):
     defaults: dict[str, Any] = Field(
         default_factory=dict, description="body fields set on requests to this tier that do not carry them"
     )
+    tools_system: str | None = Field(
+        default=None,
+        description="when tools are offered and no system message was sent, insert one with this text "
+        "(llama-cpp-python's chatml-function-calling shows tools only inside a system message)",
+    )
     apis: list[Literal["responses"]] = Field(
         default_factory=list,
         description="client APIs this openai/ tier serves itself (POST {api_base}/responses): passed through",
@@ -188,6 +193,9 @@ class Route(Strict):
     use: str = Field(description="tier name")
     repair: bool = Field(
         default=False, description="retry the same tier once with tool_choice pinned to the tool it fumbled"
+    )
+    salvage: bool = Field(
+        default=True, description="a call written as text that validates becomes a tool call (no escalation)"
     )
     hedge: Hedge | None = None
     adaptive: Adaptive | None = None

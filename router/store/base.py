@@ -128,6 +128,7 @@ class Counts:
     mistakes: dict[str, int] = field(default_factory=dict)  # by kind: one call may count under several
     escalations: int = 0
     mistaken: int = 0  # calls with at least one mistake
+    salvaged: int = 0
 
     def to_json(self) -> dict[str, Any]:
         rate = min(1.0, round(self.mistaken / self.calls, 4)) if self.calls else (1.0 if self.mistaken else 0.0)
@@ -136,6 +137,7 @@ class Counts:
             "mistakes": dict(sorted(self.mistakes.items())),
             "mistake_rate": rate,
             "escalations": self.escalations,
+            "salvaged": self.salvaged,
         }
 
 
@@ -144,6 +146,8 @@ ESCALATED = "escalated"
 # Not a kind either: counts a call (and each tool it fumbled) once when it had any mistake, however
 # many kinds; `mistake_rate` in stats is these over calls.
 MISTAKEN = "mistaken"
+# Not a mistake either: an answer whose tool call, written as text, was made structured (router/salvage.py).
+SALVAGED = "salvaged"
 
 # -- shadow samples -------------------------------------------------------------------------------
 # Not mistakes nor answers either: the outcome of one shadow comparison of a route's answer
@@ -198,8 +202,8 @@ LANE_OUTCOMES = ("served", "standard", "capped", "refused", "busy")
 
 
 def counted_apart(kind: str) -> bool:
-    """Kinds that are neither answers nor mistakes: escalations, shadow verdicts, lane outcomes."""
-    return kind in (ESCALATED, MISTAKEN) or is_shadow(kind) or kind.startswith(LANE_PREFIX)
+    """Kinds that are neither answers nor mistakes: escalations, salvages, shadow verdicts, lane outcomes."""
+    return kind in (ESCALATED, MISTAKEN, SALVAGED) or is_shadow(kind) or kind.startswith(LANE_PREFIX)
 
 
 def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
@@ -227,6 +231,8 @@ def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
                 c.escalations += n
             elif kind == MISTAKEN:
                 c.mistaken += n
+            elif kind == SALVAGED:
+                c.salvaged += n
             elif kind:
                 c.mistakes[kind] = c.mistakes.get(kind, 0) + n
             else:

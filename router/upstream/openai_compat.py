@@ -49,7 +49,10 @@ class OpenAICompatUpstream(PooledHTTP):
             out.pop("stream_options", None)
         messages = out.get("messages")
         if isinstance(messages, list) and any(_null_beside_calls(m) for m in messages):
-            out["messages"] = [{**m, "content": ""} if _null_beside_calls(m) else m for m in messages]
+            out["messages"] = messages = [{**m, "content": ""} if _null_beside_calls(m) else m for m in messages]
+        system = self.config.tools_system
+        if system is not None and out.get("tools") and isinstance(messages, list) and _no_system(messages):
+            out["messages"] = [{"role": "system", "content": system}, *messages]
         return orjson.dumps(out)
 
     async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
@@ -104,6 +107,11 @@ def _response(raw: bytes, response: dict[str, Any], tools: ToolMap) -> Reply:
     if not isinstance(response.get("output"), list):
         raise ValueError("a response without an output list")
     return Reply(completion_of(response, tools), raw, native=response)
+
+
+def _no_system(messages: list[Any]) -> bool:
+    """A message list without a system message (what the tier option `tools_system` fills in)."""
+    return not any(isinstance(m, dict) and m.get("role") == "system" for m in messages)
 
 
 def _null_beside_calls(message: Any) -> bool:

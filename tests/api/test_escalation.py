@@ -38,10 +38,23 @@ def broken(kind: str, seed: int = 1) -> FakeConfig:
     return FakeConfig(seed=seed, bad_tool_rate=1.0, bad_kinds=(kind,))
 
 
+# Salvage (tests/api/test_salvage.py) would turn the fake's valid text calls into tool calls: these
+# tests are about what escalates, so their route has it off.
+NO_SALVAGE = """
+    routes:
+      - name: simple-tool-call
+        when: {tools: {present: true, max_count: 8}, last_role: [user, tool]}
+        use: fast
+        salvage: false
+      - name: default
+        use: full
+"""
+
+
 async def two_tiers(start_fake_, proxy_, fast_cfg: FakeConfig, *, extra: str = ESCALATE, **settings: Any):
     fast = await start_fake_(fast_cfg)
     full = await start_fake_(FakeConfig(seed=2))
-    proxy = await proxy_(policy_text(fast.url, full.url, extra=extra), **settings)
+    proxy = await proxy_(policy_text(fast.url, full.url, extra=extra, routes=NO_SALVAGE), **settings)
     return fast, full, proxy
 
 

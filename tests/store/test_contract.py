@@ -8,7 +8,7 @@ import time
 import pytest
 
 from router.store import Event, RoutedCall
-from router.store.base import BUCKET_SECONDS, ESCALATED, MISTAKEN, bucket_of
+from router.store.base import BUCKET_SECONDS, ESCALATED, MISTAKEN, SALVAGED, bucket_of
 from tests.store.conftest import StoreFactory
 
 pytestmark = pytest.mark.redis
@@ -34,16 +34,24 @@ async def test_stats_shape_and_numbers(make_store: StoreFactory) -> None:
     stats = await store.stats()
     assert stats == {
         "tiers": {
-            "fast": {"calls": 4, "mistakes": MISTAKES, "mistake_rate": 0.5, "escalations": 0},
-            "full": {"calls": 2, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0},
+            "fast": {"calls": 4, "mistakes": MISTAKES, "mistake_rate": 0.5, "escalations": 0, "salvaged": 0},
+            "full": {"calls": 2, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0, "salvaged": 0},
         },
         "routes": {
-            "default": {"calls": 2, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0},
-            "simple": {"calls": 4, "mistakes": MISTAKES, "mistake_rate": 0.5, "escalations": 0},
+            "default": {"calls": 2, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0, "salvaged": 0},
+            "simple": {"calls": 4, "mistakes": MISTAKES, "mistake_rate": 0.5, "escalations": 0, "salvaged": 0},
         },
         "tools": {
-            "fast": {"read_file": {"calls": 2, "mistakes": {"invalid_json": 1}, "mistake_rate": 0.5, "escalations": 0}},
-            "full": {"write_file": {"calls": 1, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0}},
+            "fast": {
+                "read_file": {
+                    "calls": 2,
+                    "mistakes": {"invalid_json": 1},
+                    "mistake_rate": 0.5,
+                    "escalations": 0,
+                    "salvaged": 0,
+                }
+            },
+            "full": {"write_file": {"calls": 1, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0, "salvaged": 0}},
         },
         "shadow": {},
         "lanes": {},
@@ -63,10 +71,12 @@ async def test_stats_shape_and_numbers(make_store: StoreFactory) -> None:
 async def test_escalations_are_counted_apart_from_mistakes(make_store: StoreFactory) -> None:
     store = await make_store()
     store.record([Event("fast", "r"), Event("fast", "r", kind=ESCALATED), Event("full", "r")])
+    store.record([Event("full", "r", tool="t"), Event("full", "r", tool="t", kind=SALVAGED)])
     await store.flush()
     stats = await store.stats()
-    assert stats["tiers"]["fast"] == {"calls": 1, "mistakes": {}, "mistake_rate": 0.0, "escalations": 1}
-    assert stats["routes"]["r"] == {"calls": 2, "mistakes": {}, "mistake_rate": 0.0, "escalations": 1}
+    assert stats["tiers"]["fast"] == {"calls": 1, "mistakes": {}, "mistake_rate": 0.0, "escalations": 1, "salvaged": 0}
+    assert stats["routes"]["r"] == {"calls": 2, "mistakes": {}, "mistake_rate": 0.0, "escalations": 1, "salvaged": 1}
+    assert stats["tools"]["full"]["t"]["salvaged"] == 1 and stats["tiers"]["full"]["salvaged"] == 1
 
 
 async def test_mistake_rate_is_the_share_of_calls_with_a_mistake(make_store: StoreFactory) -> None:
@@ -86,8 +96,20 @@ async def test_mistake_rate_is_the_share_of_calls_with_a_mistake(make_store: Sto
     await store.flush()
     stats = await store.stats()
     both = {"invalid_json": 1, "schema_violation": 1}
-    assert stats["tiers"]["fast"] == {"calls": 2, "mistakes": both, "mistake_rate": 0.5, "escalations": 0}
-    assert stats["tools"]["fast"]["t"] == {"calls": 1, "mistakes": both, "mistake_rate": 1.0, "escalations": 0}
+    assert stats["tiers"]["fast"] == {
+        "calls": 2,
+        "mistakes": both,
+        "mistake_rate": 0.5,
+        "escalations": 0,
+        "salvaged": 0,
+    }
+    assert stats["tools"]["fast"]["t"] == {
+        "calls": 1,
+        "mistakes": both,
+        "mistake_rate": 1.0,
+        "escalations": 0,
+        "salvaged": 0,
+    }
 
 
 async def test_window_vs_all_time_and_series(make_store: StoreFactory) -> None:
@@ -107,13 +129,16 @@ async def test_window_vs_all_time_and_series(make_store: StoreFactory) -> None:
         "mistakes": {"timeout": 2},
         "mistake_rate": 0.6667,
         "escalations": 0,
+        "salvaged": 0,
     }
     assert all_time["tiers"]["full"]["calls"] == 1
     last_10_min = await store.stats(window_seconds=600)
-    assert last_10_min["tiers"] == {"fast": {"calls": 3, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0}}
+    assert last_10_min["tiers"] == {
+        "fast": {"calls": 3, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0, "salvaged": 0}
+    }
     last_2_h = await store.stats(window_seconds=7200)
     assert last_2_h["tiers"] == {
-        "fast": {"calls": 3, "mistakes": {"timeout": 2}, "mistake_rate": 0.6667, "escalations": 0}
+        "fast": {"calls": 3, "mistakes": {"timeout": 2}, "mistake_rate": 0.6667, "escalations": 0, "salvaged": 0}
     }
     assert last_2_h["routes"] == {"r": last_2_h["tiers"]["fast"]}
 

@@ -99,7 +99,7 @@ async def test_shadow_counters_are_their_own_key(make_store: StoreFactory) -> No
         "r": {"samples": 5, "agreed": 3, "disagreed": 1, "unsure": 1, "errors": 1, "agreement": 0.75}
     }
     # never a call, a mistake or an escalation
-    assert stats["routes"]["r"] == {"calls": 1, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0}
+    assert stats["routes"]["r"] == {"calls": 1, "mistakes": {}, "mistake_rate": 0.0, "escalations": 0, "salvaged": 0}
     assert stats["tiers"]["fast"]["calls"] == 1
     assert (await store.stats(window_seconds=600))["shadow"] == stats["shadow"]
 
