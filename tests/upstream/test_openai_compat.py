@@ -217,3 +217,27 @@ async def test_keep_warm_waits_while_a_call_is_in_flight(start_fake_) -> None:
         keeper.cancel()
         await up.close()
     assert (during, after >= 1) == (0, True), (during, after)
+
+
+async def test_tools_system_fills_in_a_system_message_only_where_missing(start_fake_) -> None:
+    """llama-cpp-python's chatml-function-calling shows tools only inside a system message."""
+    fake = await start_fake_(FakeConfig(seed=1))
+    tier = Tier(model="openai/m", api_base=fake.url, warm_connections=0, tools_system="You are a helpful assistant.")
+    up = OpenAICompatUpstream("fast", tier)
+    await up.start()
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    user = {"role": "user", "content": "a"}
+    own = {"role": "system", "content": "Be brief."}
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        for body in (
+            {"messages": [user], "tools": tools},
+            {"messages": [own, user], "tools": tools},
+            {"messages": [user]},
+        ):
+            await up.complete({"model": "x", **body}, deadline)
+    finally:
+        await up.close()
+    added, kept, no_tools = [r["body"]["messages"] for r in await fake_requests(fake.url)]
+    assert added == [{"role": "system", "content": "You are a helpful assistant."}, user]
+    assert kept == [own, user] and no_tools == [user]
