@@ -18,6 +18,9 @@ verifier returns a `Verdict`:
               the mean (or min) token logprob must reach `threshold`. llama-cpp-python 0.3.36
               returns `logprobs: null` for tool calls (auto or named tool_choice; measured), so on
               that server this verifier can never decide: `if_unsure` applies.
+    score     one prefill on a scoring tier (default: the escalation tier): the log-probability of
+              the proposed call given the request, in that model's prompt format, from its
+              completions endpoint (router/scoring.py); the mean must reach `threshold`.
 
 When no verdict is possible (the judge failed or answered nonsense, no logprobs, every extra sample
 failed) the verdict is `unsure` and `if_unsure` (default accept) decides. Verifier failures never
@@ -36,9 +39,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from router import scoring
 from router.errors import UpstreamError
 from router.policy.model import Verify
 from router.upstream.base import Upstream
+from router.upstream.openai_compat import OpenAICompatUpstream
 
 if TYPE_CHECKING:
     from router.app import Router
@@ -264,6 +269,21 @@ def logprobs(spec: Verify, choice: Mapping[str, Any]) -> Verdict:
     return Verdict(ok, f"{spec.measure} logprob {value:.3f} {'>=' if ok else '<'} {spec.threshold}")
 
 
+async def scored(
+    router: Router, spec: Verify, tier: str, body: Mapping[str, Any], message: Mapping[str, Any], deadline: float
+) -> Verdict:
+    """The scoring tier's mean logprob of the first call (router/scoring.py) against `threshold`."""
+    upstream = router.upstreams[tier]
+    calls = message.get("tool_calls") or []
+    if not isinstance(upstream, OpenAICompatUpstream) or not calls:
+        return Verdict(True, f"tier {tier!r} cannot score", unsure=True)
+    value = await scoring.score(upstream, body, calls[0], deadline)
+    if value is None:
+        return Verdict(True, "no score from the scoring tier", unsure=True)
+    ok = value >= spec.threshold
+    return Verdict(ok, f"call logprob {value:.3f} {'>=' if ok else '<'} {spec.threshold}")
+
+
 async def verify(
     router: Router,
     spec: Verify,
@@ -280,6 +300,8 @@ async def verify(
         verdict = await judge(router, spec, judge_tier, body, message, deadline)
     elif spec.kind == "agree":
         verdict = await agree(router, spec, tier, body, message, deadline)
+    elif spec.kind == "score":
+        verdict = await scored(router, spec, spec.tier or (chain[-1] if chain else tier), body, message, deadline)
     else:
         verdict = logprobs(spec, choice)
     if verdict.unsure:

@@ -395,9 +395,7 @@ VALID = [
     ("valid-draft07", msg(None, call("set_pair", {"pair": ["a", 1]})), req()),
     (
         "valid-custom-tool",
-        msg(
-            None, {"id": "c", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin Patch"}}
-        ),
+        msg(None, {"id": "c", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin Patch"}}),
         req(),
     ),
     ("valid-flat-tool", msg(None, call("flat_tool", {"a": 1})), req()),
@@ -458,9 +456,7 @@ def test_mistakes_found(
 
 
 @pytest.mark.parametrize(("message", "request_body"), [c[1:] for c in VALID], ids=[c[0] for c in VALID])
-def test_valid_not_flagged(
-    validator: Validator, message: dict[str, Any], request_body: dict[str, Any]
-) -> None:
+def test_valid_not_flagged(validator: Validator, message: dict[str, Any], request_body: dict[str, Any]) -> None:
     before = copy.deepcopy((message, request_body))
     assert validator.check(message, request_body) == []
     assert (message, request_body) == before  # nothing is mutated

@@ -157,13 +157,16 @@ class Verify(Strict):
     `verifier_reject` mistake and escalates (whatever `escalation.on` lists: asking for a verifier is
     asking for its verdict to count)."""
 
-    kind: Literal["judge", "agree", "logprobs"] = Field(
-        description="judge: a tier answers accept/reject; agree: n samples must agree; logprobs: token confidence"
+    kind: Literal["judge", "agree", "logprobs", "score"] = Field(
+        description="judge: a tier answers accept/reject; agree: n samples must agree; logprobs: token confidence; "
+        "score: a tier's log-probability of the call given the prompt (one prefill, router/scoring.py)"
     )
-    tier: str | None = Field(default=None, description="judge: the judging tier (default: the escalation tier)")
+    tier: str | None = Field(
+        default=None, description="judge, score: the judging / scoring tier (default: the escalation tier)"
+    )
     samples: int = Field(default=3, ge=2, le=8, description="agree: answers compared, the original included")
     temperature: float = Field(default=0.8, ge=0, le=2, description="agree: temperature of the extra samples")
-    threshold: float = Field(default=-1.0, le=0, description="logprobs: reject when the measure is below this")
+    threshold: float = Field(default=-1.0, le=0, description="logprobs, score: reject when the measure is below this")
     measure: Literal["mean", "min"] = Field(default="mean", description="logprobs: mean or min token logprob")
     if_unsure: Literal["accept", "reject"] = Field(
         default="accept",

@@ -1,0 +1,138 @@
+"""The one-prefill verifier (`verify: {kind: score}`): the full model *scores* the fast model's call
+instead of answering again — the idea of speculative decoding applied to tool calls.
+
+The request (messages and tools) is written in the scoring model's own prompt format with the
+proposed call as the assistant's answer, and sent once to the tier's legacy completions endpoint
+with `echo: true, logprobs: K, max_tokens: 1`: one prefill, one token. The verdict is the mean
+log-probability of the call's tokens given the prompt; the route accepts at or above `threshold`.
+
+    chatml_prompt(messages, tools)   Qwen2.5's ChatML with its tool block, exactly as its GGUF
+                                     template renders under llama-cpp-python (checked in
+                                     tests/e2e/test_full_tier.py)
+    call_text(name, arguments)       one call as Qwen2.5 writes it
+    mean_call_logprob(data, start)   from an echo answer: the call tokens' mean logprob
+    score(upstream, body, call, ...) the whole round trip; None when no score could be read
+
+llama-cpp-python 0.3.36 (measured): with `echo` it reports, at token i, the distribution that
+predicts token i + 1 — `token_logprobs[i]` is the token's probability given itself and is useless,
+while `top_logprobs[i]` holds the next token's. So the call's token i + 1 is looked up in
+`top_logprobs[i]`; a token outside that top K counts as the K-th value (a bound, not the value).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from router.errors import UpstreamError
+from router.upstream.base import Reply
+from router.upstream.openai_compat import OpenAICompatUpstream
+
+QWEN_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+_TOOLS_INTRO = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+_TOOLS_OUTRO = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n'
+    "</tool_call>"
+)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") for p in content if isinstance(p, Mapping))
+    return ""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False) if value is not None else "{}"  # ", " and ": ", as Qwen writes
+
+
+def call_text(name: str, arguments: Any) -> str:
+    """One call in Qwen2.5's format; `arguments` a JSON string or a decoded object."""
+    if isinstance(arguments, str):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            arguments = orjson.loads(arguments)
+    args = arguments if isinstance(arguments, str) else _json(arguments)
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
+
+
+def chatml_prompt(messages: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -> str:
+    """The prompt up to the assistant's answer, as Qwen2.5's template renders it with tools."""
+    first = messages[0] if messages else {}
+    system = _text(first.get("content")) if first.get("role") == "system" else QWEN_SYSTEM
+    out = ["<|im_start|>system\n", system, _TOOLS_INTRO]
+    out += ["\n" + json.dumps(t) for t in tools]  # as llama-cpp-python's `tojson`: plain json.dumps
+    out.append(_TOOLS_OUTRO + "<|im_end|>\n")
+    rest = messages[1:] if first.get("role") == "system" else messages
+    for i, m in enumerate(rest):
+        role = m.get("role")
+        if role == "tool":
+            if i == 0 or rest[i - 1].get("role") != "tool":
+                out.append("<|im_start|>user")
+            out.append(f"\n<tool_response>\n{_text(m.get('content'))}\n</tool_response>")
+            if i == len(rest) - 1 or rest[i + 1].get("role") != "tool":
+                out.append("<|im_end|>\n")
+        elif role == "assistant" and m.get("tool_calls"):
+            out.append("<|im_start|>assistant" + (f"\n{_text(m.get('content'))}" if m.get("content") else ""))
+            for c in m["tool_calls"]:  # the template encodes the arguments string once more
+                fn = c.get("function") or {}
+                args = json.dumps(fn.get("arguments"))
+                out.append(f'\n<tool_call>\n{{"name": "{fn.get("name", "")}", "arguments": {args}}}\n</tool_call>')
+            out.append("<|im_end|>\n")
+        else:
+            out.append(f"<|im_start|>{role}\n{_text(m.get('content'))}<|im_end|>\n")
+    out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+def mean_call_logprob(data: Mapping[str, Any], start: int) -> float | None:
+    """The mean logprob of the echoed tokens that begin at or after character `start` (see the
+    module docstring for llama-cpp-python's one-token shift); None when the answer has none."""
+    choices = data.get("choices")
+    lp = choices[0].get("logprobs") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    if not isinstance(lp, dict):
+        return None
+    tokens, offsets, tops = lp.get("tokens"), lp.get("text_offset"), lp.get("top_logprobs")
+    if not (isinstance(tokens, list) and isinstance(offsets, list) and isinstance(tops, list)):
+        return None
+    values = []
+    for i in range(1, min(len(tokens), len(offsets), len(tops))):
+        if not isinstance(offsets[i], int) or offsets[i] < start:
+            continue
+        top = tops[i - 1]
+        if not isinstance(top, dict) or not top:
+            return None
+        values.append(float(top.get(tokens[i], min(top.values()))))
+    return sum(values) / len(values) if values else None
+
+
+async def score(
+    upstream: OpenAICompatUpstream, body: Mapping[str, Any], call: Mapping[str, Any], deadline: float, top: int = 10
+) -> float | None:
+    """POST the prompt + `call` once to `upstream`'s completions endpoint; the call's mean logprob."""
+    prompt = chatml_prompt(body.get("messages") or [], body.get("tools") or [])
+    fn = call.get("function") or {}
+    text = call_text(str(fn.get("name", "")), fn.get("arguments"))
+    payload = {
+        "model": upstream.config.upstream_model,
+        "prompt": prompt + text,
+        "max_tokens": 1,
+        "temperature": 0,
+        "echo": True,
+        "logprobs": top,
+    }
+    url = upstream.url.removesuffix("/chat/completions") + "/completions"
+    try:
+        reply: Reply = await upstream.post_json(url, orjson.dumps(payload), deadline, lambda raw, d: Reply(d, raw))
+    except UpstreamError:
+        return None
+    return mean_call_logprob(reply.data, len(prompt))

@@ -1,0 +1,113 @@
+"""The full tier as `agent-router up` serves it: Qwen2.5-Coder-1.5B-Instruct, reassembled from its
+pinned PyPI wheels (router/models.py), behind policies/local.yaml as shipped.
+
+The rest of the e2e suite runs Gemma 3 270M in both tiers for speed (a 1.5B answer takes seconds
+to minutes on a shared 2-core machine); these few checks are what is specific to the real full
+tier: a tool call with no system message, answered by full, arrives as a structured call.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import openai
+import orjson
+import pytest
+
+from router.llama import ChildFailed, LlamaServer, full_server
+from router.models import QWEN25_CODER_1_5B, ensure
+from tests.conftest import Proxy
+from tests.e2e.conftest import LOCAL_POLICY, N_CTX, READY_TIMEOUT, Llama
+
+pytestmark = [pytest.mark.llama, pytest.mark.timeout(600)]
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    model = ensure(QWEN25_CODER_1_5B, show_progress=False)  # cached by scripts/install: no download here
+    server = full_server(model, _free_port(), tmp_path_factory.mktemp("qwen") / "full.log", n_ctx=N_CTX)
+    try:
+        server.start()
+        server.wait_ready(READY_TIMEOUT)
+    except (ChildFailed, TimeoutError) as exc:
+        server.stop()
+        pytest.fail(f"the Qwen server did not start: {exc}\n" + "\n".join(server.tail()))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def real_tiers(
+    llama: Llama, qwen: LlamaServer, proxy_: Callable[..., Awaitable[Proxy]], monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[openai.AsyncOpenAI]:
+    monkeypatch.setenv("FAST_PORT", str(llama.fast.port))
+    monkeypatch.setenv("FULL_PORT", str(qwen.port))
+    proxy = await proxy_(LOCAL_POLICY.read_text(), store="memory://")
+    sdk = openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0, timeout=540.0)
+    yield sdk
+    await sdk.close()
+
+
+def test_the_assembled_model_is_the_recorded_one() -> None:
+    path = ensure(QWEN25_CODER_1_5B, show_progress=False)
+    assert path.stat().st_size == QWEN25_CODER_1_5B.size
+    with path.open("rb") as f:
+        assert f.read(4) == b"GGUF"
+
+
+async def test_full_answers_a_tool_call_without_a_system_message(real_tiers: openai.AsyncOpenAI) -> None:
+    raw = await real_tiers.chat.completions.with_raw_response.create(
+        model="full",  # the tier's own name: straight to full
+        messages=[{"role": "user", "content": "What is the weather in Paris right now?"}],
+        tools=[WEATHER],
+        max_tokens=128,
+    )
+    assert raw.headers["x-router-tier"] == "full"
+    message = raw.parse().choices[0].message
+    [call] = message.tool_calls or []
+    assert call.function.name == "get_weather"
+    assert "paris" in str(orjson.loads(call.function.arguments).get("city", "")).lower()
+    # Qwen writes its calls as text under its own template: the structured call is salvage's work
+    assert raw.headers["x-router-salvaged"] == "true"
+
+
+def test_the_scoring_prompt_is_what_the_models_template_renders() -> None:
+    """router/scoring.py writes Qwen's prompt itself: it must be the GGUF template's, byte for byte."""
+    from llama_cpp import Llama
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    from router.scoring import chatml_prompt
+
+    vocab = Llama(str(ensure(QWEN25_CODER_1_5B, show_progress=False)), vocab_only=True, verbose=False)
+    template = Jinja2ChatFormatter(vocab.metadata["tokenizer.chat_template"], eos_token="<|im_end|>", bos_token="")
+    tool = {**WEATHER, "function": {**WEATHER["function"], "description": "City's <weather> & more"}}
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    conversations = [
+        [{"role": "user", "content": "Weather in Paris?"}],
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        ],
+    ]
+    for messages in conversations:
+        assert chatml_prompt(messages, [tool]) == template(messages=messages, tools=[tool]).prompt
