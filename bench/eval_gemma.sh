@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The eval table of bench/results/eval.md: evals/tool_calls.jsonl through a proxy per configuration
-# (bench/policies/eval/*.yaml), against two running llama.cpp Gemma 3 270M servers.
+# (bench/policies/eval/*.yaml), against two running llama.cpp servers: fast Gemma 3 270M, full
+# Qwen2.5-Coder-1.5B-Instruct (full as router.llama.full_server starts it).
 #
 #   FAST_PORT=8081 FULL_PORT=8082 bench/eval_gemma.sh [config ...]     # default: every config
 #
@@ -21,7 +22,7 @@ PORT=${PORT:-18090}
 OUT=${OUT:-bench/results/eval}
 CASES=${CASES:-evals/tool_calls.jsonl}
 configs=("$@")
-[ ${#configs[@]} -eq 0 ] && configs=(fast-only full-only format logprobs judge agree)
+[ ${#configs[@]} -eq 0 ] && configs=(fast-only full-only format score judge agree logprobs)
 for c in "${configs[@]}"; do
   $PY -m router serve --policy "bench/policies/eval/$c.yaml" --port "$PORT" --store memory:// --log-level warning &
   pid=$!

@@ -1,0 +1,118 @@
+"""How well the one-prefill verifier (`verify: {kind: score}`, router/scoring.py) separates the fast
+tier's right calls from its wrong ones, and what it adds per call.
+
+    python -m bench.score_auroc FAST_URL FULL_URL [CASES ...] [--stride N] [--out FILE]
+
+FAST_URL answers each case as the fast tier would (through the local policy's fast tier settings:
+greedy, tool_choice auto, a system message when the case has none); every answer holding a tool
+call is scored by FULL_URL's model (one completions request: echo + top logprobs). Outcomes come
+from router/eval/cases.py. Reports AUROC (right calls should score higher), the accuracy of
+accepting at the best threshold, and the scoring request's latency (p50/p95). Start the servers
+first (router.llama.LlamaServer / full_server), e.g. as tests/e2e does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from router.eval.cases import load_cases, score
+from router.policy.model import Tier
+from router.scoring import score as call_score
+from router.upstream.openai_compat import OpenAICompatUpstream
+
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+
+
+def auroc(positives: list[float], negatives: list[float]) -> float | None:
+    """P(a random right call scores above a random wrong one); ties count half."""
+    if not positives or not negatives:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
+def best_threshold(scored: list[tuple[float, bool]]) -> tuple[float, float]:
+    """(threshold, accuracy of 'accept iff score >= threshold') maximising that accuracy."""
+    best = (0.0, sum(not ok for _, ok in scored) / len(scored))  # threshold 0: reject everything
+    for t, _ in scored:
+        acc = sum((s >= t) == ok for s, ok in scored) / len(scored)
+        if acc > best[1]:
+            best = (t, acc)
+    return best
+
+
+async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int) -> dict[str, Any]:
+    fast = OpenAICompatUpstream("fast", Tier(model="openai/gemma-3-270m", api_base=fast_url, warm_connections=0))
+    full = OpenAICompatUpstream("full", Tier(model="openai/qwen2.5-coder-1.5b", api_base=full_url, warm_connections=0))
+    await fast.start(warm=False)
+    await full.start(warm=False)
+    rows: list[dict[str, Any]] = []
+    try:
+        for path in case_files:
+            for case in load_cases(path)[::stride]:
+                if case.accept is None:
+                    continue  # "no call is right": nothing to score
+                messages = case.messages if case.messages[0].get("role") == "system" else [SYSTEM, *case.messages]
+                body = {"model": "x", "messages": messages, "tools": case.tools, "tool_choice": "auto"}
+                body |= {"temperature": 0, "max_tokens": 128}
+                loop = asyncio.get_running_loop()
+                reply = await fast.complete(body, loop.time() + 300)
+                message = reply.data["choices"][0]["message"]
+                outcome = score(case, message).outcome
+                calls = message.get("tool_calls") or []
+                if not calls:
+                    rows.append({"id": case.id, "outcome": outcome, "score": None, "seconds": None})
+                    continue
+                started = time.monotonic()
+                value = await call_score(
+                    full, {"messages": case.messages, "tools": case.tools}, calls[0], loop.time() + 600
+                )
+                took = time.monotonic() - started
+                rows.append({"id": case.id, "outcome": outcome, "score": value, "seconds": took})
+                print(
+                    f"{case.id:<24} {outcome:<14} {value if value is None else round(value, 3)}  {took:.1f} s",
+                    flush=True,
+                )
+    finally:
+        await fast.close()
+        await full.close()
+    scored = [(r["score"], r["outcome"] == "correct") for r in rows if r["score"] is not None]
+    seconds = sorted(r["seconds"] for r in rows if r["seconds"] is not None)
+    threshold, accuracy = best_threshold(scored) if scored else (None, None)
+    return {
+        "answers": len(rows),
+        "scored_calls": len(scored),
+        "right_calls": sum(ok for _, ok in scored),
+        "auroc": auroc([s for s, ok in scored if ok], [s for s, ok in scored if not ok]),
+        "best_threshold": threshold,
+        "accuracy_at_best_threshold": accuracy,
+        "accept_all_accuracy": sum(ok for _, ok in scored) / len(scored) if scored else None,
+        "score_seconds_p50": statistics.median(seconds) if seconds else None,
+        "score_seconds_p95": seconds[min(len(seconds) - 1, int(0.95 * len(seconds)))] if seconds else None,
+        "rows": rows,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("fast_url")
+    parser.add_argument("full_url")
+    parser.add_argument("cases", nargs="*", type=Path, default=[Path("evals/tool_calls.jsonl")])
+    parser.add_argument("--stride", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/score_auroc.json"))
+    args = parser.parse_args()
+    result = asyncio.run(run(args.fast_url, args.full_url, args.cases, args.stride))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    print(orjson.dumps({k: v for k, v in result.items() if k != "rows"}, option=orjson.OPT_INDENT_2).decode())
+
+
+if __name__ == "__main__":
+    main()
