@@ -23,11 +23,12 @@ from typing import Any
 import orjson
 
 from router.eval.cases import load_cases, score
-from router.policy.model import Tier
+from router.policy.model import Tier, Timeouts
 from router.scoring import score as call_score
 from router.upstream.openai_compat import OpenAICompatUpstream
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+SLOW = Timeouts(connect=5.0, first_token=900.0, total=900.0)  # a 1.5B prefill on a busy 2-core machine
 
 
 def auroc(positives: list[float], negatives: list[float]) -> float | None:
@@ -49,8 +50,12 @@ def best_threshold(scored: list[tuple[float, bool]]) -> tuple[float, float]:
 
 
 async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int) -> dict[str, Any]:
-    fast = OpenAICompatUpstream("fast", Tier(model="openai/gemma-3-270m", api_base=fast_url, warm_connections=0))
-    full = OpenAICompatUpstream("full", Tier(model="openai/qwen2.5-coder-1.5b", api_base=full_url, warm_connections=0))
+    fast = OpenAICompatUpstream(
+        "fast", Tier(model="openai/gemma-3-270m", api_base=fast_url, warm_connections=0, timeouts=SLOW)
+    )
+    full = OpenAICompatUpstream(
+        "full", Tier(model="openai/qwen2.5-coder-1.5b", api_base=full_url, warm_connections=0, timeouts=SLOW)
+    )
     await fast.start(warm=False)
     await full.start(warm=False)
     rows: list[dict[str, Any]] = []
@@ -65,7 +70,7 @@ async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int)
                 loop = asyncio.get_running_loop()
                 reply = await fast.complete(body, loop.time() + 300)
                 message = reply.data["choices"][0]["message"]
-                outcome = score(case, message).outcome
+                outcome = score(case, message).kind
                 calls = message.get("tool_calls") or []
                 if not calls:
                     rows.append({"id": case.id, "outcome": outcome, "score": None, "seconds": None})

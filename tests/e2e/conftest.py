@@ -1,4 +1,5 @@
-"""The end-to-end suite's servers: real llama.cpp Gemma 3 270M, nothing mocked.
+"""The end-to-end suite's servers: real llama.cpp Gemma 3 270M, nothing mocked (Gemma serves both
+tiers here, for speed; tests/e2e/test_full_tier.py adds the real full tier, Qwen2.5-Coder-1.5B).
 
     llama         session: the fast and full llama-cpp-python servers (router/llama.py's
                   LlamaServer), started once on free ports — loading the model takes seconds
