@@ -24,6 +24,7 @@ import orjson
 
 from router.eval.cases import load_cases, score
 from router.policy.model import Tier, Timeouts
+from router.scoring import measure
 from router.scoring import score as call_score
 from router.upstream.openai_compat import OpenAICompatUpstream
 
@@ -73,32 +74,34 @@ async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int)
                 outcome = score(case, message).kind
                 calls = message.get("tool_calls") or []
                 if not calls:
-                    rows.append({"id": case.id, "outcome": outcome, "score": None, "seconds": None})
+                    rows.append({"id": case.id, "outcome": outcome, "score": None, "min": None, "seconds": None})
                     continue
                 started = time.monotonic()
-                value = await call_score(
-                    full, {"messages": case.messages, "tools": case.tools}, calls[0], loop.time() + 600
-                )
+                body = {"messages": case.messages, "tools": case.tools}
+                values = await call_score(full, body, calls[0], loop.time() + 900)
                 took = time.monotonic() - started
-                rows.append({"id": case.id, "outcome": outcome, "score": value, "seconds": took})
-                print(
-                    f"{case.id:<24} {outcome:<14} {value if value is None else round(value, 3)}  {took:.1f} s",
-                    flush=True,
-                )
+                mean = measure(values, "mean") if values else None
+                low = measure(values, "min") if values else None
+                rows.append({"id": case.id, "outcome": outcome, "score": mean, "min": low, "seconds": took})
+                print(f"{case.id:<24} {outcome:<14} mean {mean} min {low}  {took:.1f} s", flush=True)
     finally:
         await fast.close()
         await full.close()
-    scored = [(r["score"], r["outcome"] == "correct") for r in rows if r["score"] is not None]
     seconds = sorted(r["seconds"] for r in rows if r["seconds"] is not None)
-    threshold, accuracy = best_threshold(scored) if scored else (None, None)
+    out: dict[str, Any] = {"answers": len(rows)}
+    for key in ("score", "min"):
+        scored = [(r[key], r["outcome"] == "correct") for r in rows if r[key] is not None]
+        threshold, accuracy = best_threshold(scored) if scored else (None, None)
+        out[key.replace("score", "mean")] = {
+            "scored_calls": len(scored),
+            "right_calls": sum(ok for _, ok in scored),
+            "auroc": auroc([s for s, ok in scored if ok], [s for s, ok in scored if not ok]),
+            "best_threshold": threshold,
+            "accuracy_at_best_threshold": accuracy,
+            "accept_all_accuracy": sum(ok for _, ok in scored) / len(scored) if scored else None,
+        }
     return {
-        "answers": len(rows),
-        "scored_calls": len(scored),
-        "right_calls": sum(ok for _, ok in scored),
-        "auroc": auroc([s for s, ok in scored if ok], [s for s, ok in scored if not ok]),
-        "best_threshold": threshold,
-        "accuracy_at_best_threshold": accuracy,
-        "accept_all_accuracy": sum(ok for _, ok in scored) / len(scored) if scored else None,
+        **out,
         "score_seconds_p50": statistics.median(seconds) if seconds else None,
         "score_seconds_p95": seconds[min(len(seconds) - 1, int(0.95 * len(seconds)))] if seconds else None,
         "rows": rows,

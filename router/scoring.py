@@ -3,14 +3,15 @@ instead of answering again — the idea of speculative decoding applied to tool 
 
 The request (messages and tools) is written in the scoring model's own prompt format with the
 proposed call as the assistant's answer, and sent once to the tier's legacy completions endpoint
-with `echo: true, logprobs: K, max_tokens: 1`: one prefill, one token. The verdict is the mean
-log-probability of the call's tokens given the prompt; the route accepts at or above `threshold`.
+with `echo: true, logprobs: K, max_tokens: 1`: one prefill, one token. The verdict is the mean (or
+min: `measure`) log-probability of the call's tokens given the prompt; the route accepts at or
+above `threshold`.
 
     chatml_prompt(messages, tools)   Qwen2.5's ChatML with its tool block, exactly as its GGUF
                                      template renders under llama-cpp-python (checked in
                                      tests/e2e/test_full_tier.py)
     call_text(name, arguments)       one call as Qwen2.5 writes it
-    mean_call_logprob(data, start)   from an echo answer: the call tokens' mean logprob
+    call_logprobs(data, start)       from an echo answer: the call tokens' logprobs (`measure`: mean, min)
     score(upstream, body, call, ...) the whole round trip; None when no score could be read
 
 llama-cpp-python 0.3.36 (measured): with `echo` it reports, at token i, the distribution that
@@ -94,9 +95,9 @@ def chatml_prompt(messages: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -
     return "".join(out)
 
 
-def mean_call_logprob(data: Mapping[str, Any], start: int) -> float | None:
-    """The mean logprob of the echoed tokens that begin at or after character `start` (see the
-    module docstring for llama-cpp-python's one-token shift); None when the answer has none."""
+def call_logprobs(data: Mapping[str, Any], start: int) -> list[float] | None:
+    """The logprobs of the echoed tokens that begin at or after character `start` (see the module
+    docstring for llama-cpp-python's one-token shift); None when the answer has none."""
     choices = data.get("choices")
     lp = choices[0].get("logprobs") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
     if not isinstance(lp, dict):
@@ -112,13 +113,18 @@ def mean_call_logprob(data: Mapping[str, Any], start: int) -> float | None:
         if not isinstance(top, dict) or not top:
             return None
         values.append(float(top.get(tokens[i], min(top.values()))))
-    return sum(values) / len(values) if values else None
+    return values or None
+
+
+def measure(values: Sequence[float], how: str) -> float:
+    """`mean` or `min` of a call's token logprobs."""
+    return min(values) if how == "min" else sum(values) / len(values)
 
 
 async def score(
     upstream: OpenAICompatUpstream, body: Mapping[str, Any], call: Mapping[str, Any], deadline: float, top: int = 10
 ) -> float | None:
-    """POST the prompt + `call` once to `upstream`'s completions endpoint; the call's mean logprob."""
+    """POST the prompt + `call` once to `upstream`'s completions endpoint; the call's token logprobs."""
     prompt = chatml_prompt(body.get("messages") or [], body.get("tools") or [])
     fn = call.get("function") or {}
     text = call_text(str(fn.get("name", "")), fn.get("arguments"))
@@ -135,4 +141,4 @@ async def score(
         reply: Reply = await upstream.post_json(url, orjson.dumps(payload), deadline, lambda raw, d: Reply(d, raw))
     except UpstreamError:
         return None
-    return mean_call_logprob(reply.data, len(prompt))
+    return call_logprobs(reply.data, len(prompt))

@@ -20,7 +20,7 @@ verifier returns a `Verdict`:
               that server this verifier can never decide: `if_unsure` applies.
     score     one prefill on a scoring tier (default: the escalation tier): the log-probability of
               the proposed call given the request, in that model's prompt format, from its
-              completions endpoint (router/scoring.py); the mean must reach `threshold`.
+              completions endpoint (router/scoring.py); the mean (or min) must reach `threshold`.
 
 When no verdict is possible (the judge failed or answered nonsense, no logprobs, every extra sample
 failed) the verdict is `unsure` and `if_unsure` (default accept) decides. Verifier failures never
@@ -277,11 +277,12 @@ async def scored(
     calls = message.get("tool_calls") or []
     if not isinstance(upstream, OpenAICompatUpstream) or not calls:
         return Verdict(True, f"tier {tier!r} cannot score", unsure=True)
-    value = await scoring.score(upstream, body, calls[0], deadline)
-    if value is None:
+    values = await scoring.score(upstream, body, calls[0], deadline)
+    if values is None:
         return Verdict(True, "no score from the scoring tier", unsure=True)
+    value = scoring.measure(values, spec.measure)
     ok = value >= spec.threshold
-    return Verdict(ok, f"call logprob {value:.3f} {'>=' if ok else '<'} {spec.threshold}")
+    return Verdict(ok, f"call {spec.measure} logprob {value:.3f} {'>=' if ok else '<'} {spec.threshold}")
 
 
 async def verify(

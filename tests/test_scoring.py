@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from router.scoring import call_text, chatml_prompt, mean_call_logprob
+from router.scoring import call_logprobs, call_text, chatml_prompt, measure
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 
@@ -51,6 +51,8 @@ def test_echoed_logprobs_are_read_one_token_back() -> None:
         ]
     }
     # "<a>" -0.5, "b" -0.1, "</a>" not in the top: the top's lowest value (-3.0) as a bound
-    assert mean_call_logprob(data, len(prompt)) == (-0.5 - 0.1 - 3.0) / 3
-    assert mean_call_logprob({"choices": [{"logprobs": None}]}, 0) is None
-    assert mean_call_logprob({}, 0) is None
+    values = call_logprobs(data, len(prompt))
+    assert values == [-0.5, -0.1, -3.0]
+    assert measure(values, "mean") == (-0.5 - 0.1 - 3.0) / 3 and measure(values, "min") == -3.0
+    assert call_logprobs({"choices": [{"logprobs": None}]}, 0) is None
+    assert call_logprobs({}, 0) is None

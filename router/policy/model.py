@@ -167,7 +167,7 @@ class Verify(Strict):
     samples: int = Field(default=3, ge=2, le=8, description="agree: answers compared, the original included")
     temperature: float = Field(default=0.8, ge=0, le=2, description="agree: temperature of the extra samples")
     threshold: float = Field(default=-1.0, le=0, description="logprobs, score: reject when the measure is below this")
-    measure: Literal["mean", "min"] = Field(default="mean", description="logprobs: mean or min token logprob")
+    measure: Literal["mean", "min"] = Field(default="mean", description="logprobs, score: mean or min token logprob")
     if_unsure: Literal["accept", "reject"] = Field(
         default="accept",
         description="when no verdict is possible (judge unreadable or failing, no logprobs, no samples)",
