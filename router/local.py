@@ -159,7 +159,8 @@ def run_local(policy: Path, port: int, fast_port: int, full_port: int) -> int:
     serve = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
     proxy = Child("proxy", serve, f"http://127.0.0.1:{port}/healthz", LOG_DIR / "router.log", env=env)
     children: list[Child] = [fast, full, proxy]
-    console.print(f"models: fast {fast_model}\n        full {full_model}", markup=False)
+    for name, path in (("fast", fast_model), ("full", full_model)):
+        console.print(f"model {name:<5} {path}", markup=False, soft_wrap=True)
     with _stop_on_signals():
         try:
             _wait_all(console, [fast, full], READY_TIMEOUT)
