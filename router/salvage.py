@@ -79,6 +79,8 @@ def salvaged_message(
             at = call.end
     kept.append(content[at:])
     rest = _WRAPPING.sub("", "".join(kept)).strip()
+    if not any(ch.isalnum() for ch in rest):  # stray brackets or punctuation: no words for the client
+        rest = ""
     out = {**message, "content": rest or None, "tool_calls": calls}
     if validator.check(out, request, finish_reason="tool_calls"):
         return None

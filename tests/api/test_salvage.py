@@ -204,6 +204,9 @@ def test_prose_around_the_call_is_kept_and_wrappers_dropped() -> None:
     two = f"[{CALL}, {CALL}]"
     fixed = salvaged_message({"role": "assistant", "content": two}, request, {"get_weather"}, Validator())
     assert fixed is not None and len(fixed["tool_calls"]) == 2 and fixed["content"] is None
+    stray = f"{CALL}\n{{}}\n```"  # seen from Qwen2.5-Coder: a trailing empty object
+    fixed = salvaged_message({"role": "assistant", "content": stray}, request, {"get_weather"}, Validator())
+    assert fixed is not None and fixed["content"] is None
     none = {**request, "tool_choice": "none"}
     assert salvaged_message({"role": "assistant", "content": CALL}, none, {"get_weather"}, Validator()) is None
     plain = {"role": "assistant", "content": "It is sunny in Paris."}

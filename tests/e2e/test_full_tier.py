@@ -89,6 +89,28 @@ async def test_full_answers_a_tool_call_without_a_system_message(real_tiers: ope
     assert raw.headers["x-router-salvaged"] == "true"
 
 
+async def test_full_streams_a_tool_call_too(real_tiers: openai.AsyncOpenAI) -> None:
+    """The text call is held (it opens like one), salvaged, and released as tool-call deltas."""
+    stream = await real_tiers.chat.completions.create(
+        model="full",
+        messages=[{"role": "user", "content": "What is the weather in Paris right now?"}],
+        tools=[WEATHER],
+        max_tokens=128,
+        stream=True,
+    )
+    name, arguments, text, finishes = "", "", "", []
+    async for chunk in stream:
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            for tc in choice.delta.tool_calls or []:
+                name += (tc.function.name or "") if tc.function else ""
+                arguments += (tc.function.arguments or "") if tc.function else ""
+            if choice.finish_reason:
+                finishes.append(choice.finish_reason)
+    assert (name, finishes, text) == ("get_weather", ["tool_calls"], "")
+    assert "paris" in str(orjson.loads(arguments).get("city", "")).lower()
+
+
 def test_the_scoring_prompt_is_what_the_models_template_renders() -> None:
     """router/scoring.py writes Qwen's prompt itself: it must be the GGUF template's, byte for byte."""
     from llama_cpp import Llama
