@@ -82,7 +82,8 @@ async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int)
                 took = time.monotonic() - started
                 mean = measure(values, "mean") if values else None
                 low = measure(values, "min") if values else None
-                rows.append({"id": case.id, "outcome": outcome, "score": mean, "min": low, "seconds": took})
+                row = {"id": case.id, "outcome": outcome, "score": mean, "min": low, "seconds": took}
+                rows.append({**row, "call": calls[0].get("function"), "logprobs": values})
                 print(f"{case.id:<24} {outcome:<14} mean {mean} min {low}  {took:.1f} s", flush=True)
     finally:
         await fast.close()

@@ -4,8 +4,8 @@ instead of answering again — the idea of speculative decoding applied to tool 
 The request (messages and tools) is written in the scoring model's own prompt format with the
 proposed call as the assistant's answer, and sent once to the tier's legacy completions endpoint
 with `echo: true, logprobs: K, max_tokens: 1`: one prefill, one token. The verdict is the mean (or
-min: `measure`) log-probability of the call's tokens given the prompt; the route accepts at or
-above `threshold`.
+min: `measure`) log-probability of the call's own tokens (the tool's name and the arguments) given
+the prompt; the route accepts at or above `threshold`.
 
     chatml_prompt(messages, tools)   Qwen2.5's ChatML with its tool block, exactly as its GGUF
                                      template renders under llama-cpp-python (checked in
@@ -95,8 +95,8 @@ def chatml_prompt(messages: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -
     return "".join(out)
 
 
-def call_logprobs(data: Mapping[str, Any], start: int) -> list[float] | None:
-    """The logprobs of the echoed tokens that begin at or after character `start` (see the module
+def call_logprobs(data: Mapping[str, Any], start: int, end: int | None = None) -> list[float] | None:
+    """The logprobs of the echoed tokens that begin in characters [start, end) (see the module
     docstring for llama-cpp-python's one-token shift); None when the answer has none."""
     choices = data.get("choices")
     lp = choices[0].get("logprobs") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
@@ -107,7 +107,7 @@ def call_logprobs(data: Mapping[str, Any], start: int) -> list[float] | None:
         return None
     values = []
     for i in range(1, min(len(tokens), len(offsets), len(tops))):
-        if not isinstance(offsets[i], int) or offsets[i] < start:
+        if not isinstance(offsets[i], int) or offsets[i] < start or (end is not None and offsets[i] >= end):
             continue
         top = tops[i - 1]
         if not isinstance(top, dict) or not top:
@@ -123,11 +123,17 @@ def measure(values: Sequence[float], how: str) -> float:
 
 async def score(
     upstream: OpenAICompatUpstream, body: Mapping[str, Any], call: Mapping[str, Any], deadline: float, top: int = 10
-) -> float | None:
+) -> list[float] | None:
     """POST the prompt + `call` once to `upstream`'s completions endpoint; the call's token logprobs."""
     prompt = chatml_prompt(body.get("messages") or [], body.get("tools") or [])
     fn = call.get("function") or {}
-    text = call_text(str(fn.get("name", "")), fn.get("arguments"))
+    name = str(fn.get("name", ""))
+    text = call_text(name, fn.get("arguments"))
+    # only what the fast model chose is scored: the tool's name and the arguments, not the fixed
+    # `<tool_call>\n{"name": "` around them (Qwen under this server writes ```json, so those are
+    # unlikely tokens for every call alike)
+    start = len(prompt) + text.index(name)
+    end = len(prompt) + text.rindex("}\n</tool_call>")
     payload = {
         "model": upstream.config.upstream_model,
         "prompt": prompt + text,
@@ -141,4 +147,4 @@ async def score(
         reply: Reply = await upstream.post_json(url, orjson.dumps(payload), deadline, lambda raw, d: Reply(d, raw))
     except UpstreamError:
         return None
-    return call_logprobs(reply.data, len(prompt))
+    return call_logprobs(reply.data, start, end)

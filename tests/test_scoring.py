@@ -54,5 +54,6 @@ def test_echoed_logprobs_are_read_one_token_back() -> None:
     values = call_logprobs(data, len(prompt))
     assert values == [-0.5, -0.1, -3.0]
     assert measure(values, "mean") == (-0.5 - 0.1 - 3.0) / 3 and measure(values, "min") == -3.0
+    assert call_logprobs(data, len(prompt), 10) == [-0.5, -0.1]  # tokens starting before character 10
     assert call_logprobs({"choices": [{"logprobs": None}]}, 0) is None
     assert call_logprobs({}, 0) is None

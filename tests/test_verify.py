@@ -257,3 +257,36 @@ async def test_streamed_calls_are_verified_before_release(
     [trailer] = [line for line in raw.split(b"\n") if line.startswith(b": router ")]
     assert orjson.loads(trailer[len(b": router ") :])["tiers"] == ["fast", "full"]
     assert len([r for r in scripted.requests if "response_format" in r]) == 1
+
+
+async def echo_logprobs(request: web.Request) -> web.Response:
+    """/v1/completions as llama-cpp-python answers `echo` + `logprobs`: one token per character here,
+    top logprobs shifted by one (at i, the next token's); every token's value is the `lp:<x>` of the
+    prompt, so the call's mean is exactly that."""
+    body = await request.json()
+    text = body["prompt"]
+    value = float(re.search(r"lp:(-?[\d.]+)", text).group(1))  # type: ignore[union-attr]
+    tops = [{text[i + 1]: value} if i + 1 < len(text) else {"x": 0.0} for i in range(len(text))]
+    logprobs = {"tokens": list(text), "text_offset": list(range(len(text))), "top_logprobs": tops}
+    return web.json_response({"choices": [{"text": text, "logprobs": logprobs, "finish_reason": "length"}]})
+
+
+async def test_score_is_one_completions_request_to_the_scoring_tier(
+    scripted: Scripted, proxy_: Callable[..., Awaitable[Proxy]]
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def completions(request: web.Request) -> web.Response:
+        seen.append(await request.json())
+        return await echo_logprobs(request)
+
+    app = upstream_app({"/v1/completions": completions, "/v1/chat/completions": scripted.handle})
+    async with serve_app(app) as full:
+        proxy = await proxy_(policy(scripted.url, full, "{kind: score, threshold: -1.0}"))
+        sure = await ask(proxy, content="lp:-0.2")
+        assert sure.headers["x-router-tier"] == "fast" and sure.headers["x-router-verified"] == "score:accept"
+        [sent] = seen
+        assert sent["echo"] is True and sent["max_tokens"] == 1 and sent["logprobs"] >= 1
+        assert sent["prompt"].endswith('<tool_call>\n{"name": "good", "arguments": {}}\n</tool_call>')
+        unsure = await ask(proxy, content="lp:-2.5")
+        assert unsure.headers["x-router-tier"] == "full" and unsure.headers["x-router-verified"] == "score:reject"
