@@ -11,7 +11,7 @@ the prompt; the route accepts at or above `threshold`.
                                      template renders under llama-cpp-python (checked in
                                      tests/e2e/test_full_tier.py)
     call_text(name, arguments)       one call as Qwen2.5 writes it
-    call_logprobs(data, start)       from an echo answer: the call tokens' logprobs (`measure`: mean, min)
+    call_logprobs(data, call, ...)   from an echo answer: the call tokens' logprobs (`measure`: mean, min)
     score(upstream, body, call, ...) the whole round trip; None when no score could be read
 
 llama-cpp-python 0.3.36 (measured): with `echo` it reports, at token i, the distribution that
@@ -95,24 +95,38 @@ def chatml_prompt(messages: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -
     return "".join(out)
 
 
-def call_logprobs(data: Mapping[str, Any], start: int, end: int | None = None) -> list[float] | None:
-    """The logprobs of the echoed tokens that begin in characters [start, end) (see the module
-    docstring for llama-cpp-python's one-token shift); None when the answer has none."""
+def call_logprobs(data: Mapping[str, Any], call: str, start: int, end: int) -> list[float] | None:
+    """The logprobs of the echoed tokens of `call` (the prompt's last characters) that begin in its
+    characters [start, end); None when the answer has none or its tokens do not spell `call`.
+
+    The call's tokens are found by spelling it from the end of the echo: llama-cpp-python's
+    `text_offset`s do not count special tokens (`<|im_start|>` …), so they are no character offsets
+    into the prompt, and the echo ends with the one generated token. Each token's logprob is read
+    one position back (see the module docstring); one outside that top K counts as the lowest value
+    there that is not the previous token's own entry (a bound)."""
     choices = data.get("choices")
     lp = choices[0].get("logprobs") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
-    if not isinstance(lp, dict):
+    tokens, tops = (lp.get("tokens"), lp.get("top_logprobs")) if isinstance(lp, dict) else (None, None)
+    if not (isinstance(tokens, list) and isinstance(tops, list) and len(tokens) == len(tops)):
         return None
-    tokens, offsets, tops = lp.get("tokens"), lp.get("text_offset"), lp.get("top_logprobs")
-    if not (isinstance(tokens, list) and isinstance(offsets, list) and isinstance(tops, list)):
+    for last in (len(tokens), len(tokens) - 1):  # the echo may end with the generated token
+        first, spelled = last, ""
+        while first > 0 and len(spelled) < len(call):
+            first -= 1
+            spelled = str(tokens[first]) + spelled
+        if spelled == call:
+            break
+    else:
         return None
-    values = []
-    for i in range(1, min(len(tokens), len(offsets), len(tops))):
-        if not isinstance(offsets[i], int) or offsets[i] < start or (end is not None and offsets[i] >= end):
-            continue
-        top = tops[i - 1]
-        if not isinstance(top, dict) or not top:
-            return None
-        values.append(float(top.get(tokens[i], min(top.values()))))
+    values, at = [], 0
+    for i in range(first, last):
+        top = tops[i - 1] if i > 0 else None
+        if start <= at < end:
+            if not isinstance(top, dict) or not top:
+                return None
+            others = [v for k, v in top.items() if k != tokens[i - 1]] or list(top.values())
+            values.append(float(top.get(tokens[i], min(others))))
+        at += len(str(tokens[i]))
     return values or None
 
 
@@ -132,8 +146,7 @@ async def score(
     # only what the fast model chose is scored: the tool's name and the arguments, not the fixed
     # `<tool_call>\n{"name": "` around them (Qwen under this server writes ```json, so those are
     # unlikely tokens for every call alike)
-    start = len(prompt) + text.index(name)
-    end = len(prompt) + text.rindex("}\n</tool_call>")
+    start, end = text.index(name), text.rindex("}\n</tool_call>")
     payload = {
         "model": upstream.config.upstream_model,
         "prompt": prompt + text,
@@ -147,4 +160,4 @@ async def score(
         reply: Reply = await upstream.post_json(url, orjson.dumps(payload), deadline, lambda raw, d: Reply(d, raw))
     except UpstreamError:
         return None
-    return call_logprobs(reply.data, start, end)
+    return call_logprobs(reply.data, text, start, end)

@@ -36,24 +36,24 @@ def test_a_turn_with_a_call_and_its_result() -> None:
 
 
 def test_echoed_logprobs_are_read_one_token_back() -> None:
-    # As llama-cpp-python 0.3.36 answers (measured): at token i, the top logprobs predict token i + 1.
-    prompt = "PROMPT"
-    data = {
-        "choices": [
-            {
-                "logprobs": {
-                    "tokens": ["PROMPT", "<a>", "b", "</a>"],
-                    "text_offset": [0, 6, 9, 10],
-                    "token_logprobs": [None, -20.0, -20.0, -20.0],
-                    "top_logprobs": [{"<a>": -0.5, "x": -1.0}, {"b": -0.1}, {"y": -0.2, "z": -3.0}, {"\n": -0.1}],
-                }
-            }
-        ]
-    }
-    # "<a>" -0.5, "b" -0.1, "</a>" not in the top: the top's lowest value (-3.0) as a bound
-    values = call_logprobs(data, len(prompt))
-    assert values == [-0.5, -0.1, -3.0]
+    # As llama-cpp-python 0.3.36 answers (measured): at token i, the top logprobs predict token i + 1;
+    # special tokens spell nothing, and the echo ends with the generated token.
+    call = "<a>bc</a>"
+    tokens = ["<|im_start|>", "P", "<a>", "b", "c", "</a>", "\n"]
+    tops = [
+        {"P": -0.1},
+        {"<a>": -0.5, "x": -1.0, "P": -9.0},
+        {"b": -0.1, "<a>": -20.0},
+        {"y": -0.2, "z": -3.0, "b": -30.0},  # "c" is not in the top: the lowest other value is its bound
+        {"</a>": -0.4},
+        {"\n": -0.1},
+        {"\n": -0.1},
+    ]
+    data = {"choices": [{"logprobs": {"tokens": tokens, "top_logprobs": tops, "text_offset": [0] * 7}}]}
+    assert call_logprobs(data, call, 0, len(call)) == [-0.5, -0.1, -3.0, -0.4]
+    assert call_logprobs(data, call, 3, 5) == [-0.1, -3.0]  # "b" and "c": what lies between the tags
+    values = [-0.5, -0.1, -3.0]
     assert measure(values, "mean") == (-0.5 - 0.1 - 3.0) / 3 and measure(values, "min") == -3.0
-    assert call_logprobs(data, len(prompt), 10) == [-0.5, -0.1]  # tokens starting before character 10
-    assert call_logprobs({"choices": [{"logprobs": None}]}, 0) is None
-    assert call_logprobs({}, 0) is None
+    assert call_logprobs(data, "<a>XY</a>", 0, 9) is None  # tokens that do not spell the call
+    assert call_logprobs({"choices": [{"logprobs": None}]}, call, 0, 1) is None
+    assert call_logprobs({}, call, 0, 1) is None
