@@ -17,7 +17,9 @@ the prompt; the route accepts at or above `threshold`.
 llama-cpp-python 0.3.36 (measured): with `echo` it reports, at token i, the distribution that
 predicts token i + 1 — `token_logprobs[i]` is the token's probability given itself and is useless,
 while `top_logprobs[i]` holds the next token's. So the call's token i + 1 is looked up in
-`top_logprobs[i]`; a token outside that top K counts as the K-th value (a bound, not the value).
+`top_logprobs[i]`; a token outside that top K counts as the lowest value listed there (a bound,
+not the value). Its `text_offset`s skip special tokens, so the call's tokens are found by spelling
+the call from the end of the echo instead.
 """
 
 from __future__ import annotations
