@@ -26,6 +26,17 @@ from tests.api.helpers import get
 from tests.conftest import Proxy, policy_text
 
 BAD_RATE = 0.3
+# The default routes, with salvage off: a call the fast fake writes as text then escalates like
+# every other breakage (salvaged, it would be no mistake at all: tests/api/test_salvage.py).
+ROUTES = """
+    routes:
+      - name: simple-tool-call
+        when: {tools: {present: true, max_count: 8}, last_role: [user, tool]}
+        use: fast
+        salvage: false
+      - name: default
+        use: full
+"""
 CALL_TIMEOUT = 20.0  # seconds, each framework call (the fake answers at once)
 CITY_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 # Stand-ins for the defects the fake injects, as a client would see them if one slipped through.
@@ -64,7 +75,7 @@ async def stack_(
     async def start(*, bad: bool = False, seed: int = 7) -> Stack:
         fast = await start_fake_(FakeConfig(seed=seed, finish_after=1, bad_tool_rate=BAD_RATE if bad else 0.0))
         full = await start_fake_(FakeConfig(seed=seed + 1, finish_after=1))
-        proxy = await proxy_(policy_text(fast.url, full.url, extra="escalation: {to: full}\n"))
+        proxy = await proxy_(policy_text(fast.url, full.url, extra="escalation: {to: full}\n", routes=ROUTES))
         return Stack(fast, full, proxy)
 
     return start
