@@ -108,7 +108,8 @@ class Gate:
         if content:
             self._held.append(self._synth({"content": content}))
         self.text = [content] if content else []
-        self.calls = dict(enumerate(calls))
+        self.calls = {}
+        self._add_calls([{"index": i, **call} for i, call in enumerate(calls)])
         self.finish_reason = "tool_calls"
         self._tail = [_with(c, {}, "tool_calls") if c.data.get("choices") else c for c in self._tail]
 
