@@ -70,8 +70,15 @@ class Outcome:
     tier: str
     escalated: bool
     mistakes: tuple[str, ...]
-    answer: str  # "tool_call" | "text" | "empty"
+    answer: str  # "tool_call" | "text" | "empty" | "refused" (a retryable 502: no attempt passed the checks)
     detail: str
+
+
+def assert_checks_failed(exc: openai.APIStatusError) -> None:
+    """The router's answer when no attempt passed the checks: a 502 the SDKs retry."""
+    assert exc.status_code == 502, exc
+    assert exc.response.headers["x-should-retry"] == "true", exc.response.headers
+    assert exc.code == "checks_failed", exc.body
 
 
 def checked(question: str, headers: httpx.Headers, completion: ChatCompletion) -> Outcome:
@@ -108,14 +115,18 @@ def checked(question: str, headers: httpx.Headers, completion: ChatCompletion) -
 
 
 async def _ask_tools(client: openai.AsyncOpenAI, question: str, seed: int, **extra: Any) -> Outcome:
-    raw = await client.chat.completions.with_raw_response.create(
-        model="auto",
-        messages=_messages(question),
-        tools=TOOLS,
-        max_tokens=48,
-        seed=seed,
-        **extra,
-    )
+    try:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="auto",
+            messages=_messages(question),
+            tools=TOOLS,
+            max_tokens=48,
+            seed=seed,
+            **extra,
+        )
+    except openai.APIStatusError as exc:  # every attempt failed the checks: nothing malformed was delivered
+        assert_checks_failed(exc)
+        return Outcome(question, "-", True, (), "refused", str(exc.message))
     return checked(question, raw.headers, raw.parse())
 
 
@@ -236,7 +247,7 @@ async def test_tool_batch_no_invalid_call_reaches_client(client: openai.AsyncOpe
 def _write_results(outcomes: list[Outcome], elapsed: float, path: Path) -> None:
     n = len(outcomes)
     escalated = sum(o.escalated for o in outcomes)
-    answers = {k: sum(o.answer == k for o in outcomes) for k in ("tool_call", "text", "empty")}
+    answers = {k: sum(o.answer == k for o in outcomes) for k in ("tool_call", "text", "empty", "refused")}
     expected = dict(BATCH)
     right = [o.answer == "tool_call" and o.detail.startswith(expected[o.question] + "(") for o in outcomes]
     kinds: dict[str, int] = {}
@@ -252,8 +263,9 @@ def _write_results(outcomes: list[Outcome], elapsed: float, path: Path) -> None:
         f"Run {time.strftime('%Y-%m-%d %H:%M')} on {os.cpu_count()} cores.",
         "",
         f"- calls: {n}, escalated to full: {escalated} ({escalated / n:.0%}), wall time {elapsed:.1f} s",
-        f"- delivered: {answers['tool_call']} tool calls, {answers['text']} text, {answers['empty']} empty "
-        '(both tiers answer an "auto" message with empty text in llama-cpp-python 0.3.36)',
+        f"- delivered: {answers['tool_call']} tool calls, {answers['text']} text, {answers['empty']} empty; "
+        f"{answers['refused']} refused with a retryable 502 (no attempt passed the checks: Gemma answers an "
+        '"auto" message with empty text in llama-cpp-python 0.3.36)',
         f"- mistakes seen (all tiers): {', '.join(f'{k} {v}' for k, v in sorted(kinds.items())) or 'none'}",
         "- malformed tool calls that reached the client: 0 (the test fails otherwise)",
         f"- calls to the tool a careful model would pick: {sum(right)} of {n}. Well-formed calls to the wrong tool",
@@ -305,8 +317,8 @@ async def test_named_tool_stream_delivers_valid_call(client: openai.AsyncOpenAI)
 async def test_auto_tool_stream_ends_cleanly(client: openai.AsyncOpenAI) -> None:
     """Streaming with tool_choice "auto": llama-cpp-python closes the connection when the model picks
     a call, or streams nothing when it picks text, on both tiers. The router escalates, and when no
-    tier can answer the client gets a clean 502 OpenAI error (nothing was sent yet) — never a hang
-    or a stream without a finish."""
+    tier can answer the client gets a clean 502 OpenAI error (nothing was sent yet; retryable when
+    the answers failed the checks) — never a hang or a stream without a finish."""
     try:
         stream = await client.chat.completions.create(
             model="auto",
@@ -319,8 +331,11 @@ async def test_auto_tool_stream_ends_cleanly(client: openai.AsyncOpenAI) -> None
         )
         finishes = [c.choices[0].finish_reason async for c in stream if c.choices and c.choices[0].finish_reason]
     except openai.APIStatusError as exc:
-        assert exc.status_code == 502
-        assert exc.response.headers["x-should-retry"] == "false"
+        if exc.code == "checks_failed":  # every answer was empty or broken: a retryable 502
+            assert_checks_failed(exc)
+        else:  # a tier cut its stream: an upstream error the router already retried
+            assert exc.status_code == 502
+            assert exc.response.headers["x-should-retry"] == "false"
     else:
         assert len(finishes) == 1
 

@@ -92,10 +92,15 @@ async def test_named_tool_is_a_valid_tool_use_from_fast(claude: anthropic.AsyncA
 
 async def test_auto_tool_answers_are_never_malformed(claude: anthropic.AsyncAnthropic) -> None:
     for question in ("Show me README.md", "Run the unit tests", "Find every TODO in the code"):
-        raw = await claude.messages.with_raw_response.create(
-            model="claude-opus-4-6", max_tokens=48, system=SYSTEM, tools=CODING_TOOLS,  # type: ignore[arg-type]
-            messages=[{"role": "user", "content": question}],
-        )  # fmt: skip
+        try:
+            raw = await claude.messages.with_raw_response.create(
+                model="claude-opus-4-6", max_tokens=48, system=SYSTEM, tools=CODING_TOOLS,  # type: ignore[arg-type]
+                messages=[{"role": "user", "content": question}],
+            )  # fmt: skip
+        except anthropic.APIStatusError as exc:  # no attempt passed the checks: Anthropic's retryable api_error
+            assert exc.status_code == 502 and exc.body["error"]["type"] == "api_error", exc.body  # type: ignore[index]
+            assert "failed the router's checks" in exc.body["error"]["message"], exc.body  # type: ignore[index]
+            continue
         message = await raw.parse()
         calls = [b for b in message.content if b.type == "tool_use"]
         for call in calls:  # whatever the small model did, what reached us is a valid call or text
