@@ -1,4 +1,4 @@
-"""How well the one-prefill verifier (`verify: {kind: score}`, router/scoring.py) separates the fast
+"""How well the one-prefill verifier (`verify: {kind: score}`, router/core/scoring.py) separates the fast
 tier's right calls from its wrong ones, and what it adds per call.
 
     python -m bench.score_auroc FAST_URL FULL_URL [CASES ...] [--stride N] [--out FILE]
@@ -8,7 +8,7 @@ greedy, tool_choice auto, a system message when the case has none); every answer
 call is scored by FULL_URL's model (one completions request: echo + top logprobs). Outcomes come
 from router/eval/cases.py. Reports AUROC (right calls should score higher), the accuracy of
 accepting at the best threshold, and the scoring request's latency (p50/p95). Start the servers
-first (router.llama.LlamaServer / full_server), e.g. as tests/e2e does.
+first (router.tools.llama.LlamaServer / full_server), e.g. as tests/e2e does.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 
 import orjson
 
-from router.eval.cases import load_cases, score
+from router.core.scoring import measure
+from router.core.scoring import score as call_score
 from router.policy.model import Tier, Timeouts
-from router.scoring import measure
-from router.scoring import score as call_score
+from router.tools.eval.cases import load_cases, score
 from router.upstream.openai_compat import OpenAICompatUpstream
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}

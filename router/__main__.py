@@ -1,3 +1,3 @@
-from router.cli import app
+from router.tools.cli import app
 
 app()

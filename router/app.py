@@ -1,7 +1,9 @@
 """`create_app(settings)`: the ASGI app. Its lifespan owns every long-lived thing; no module globals.
 
-Router            what one running proxy owns: settings, policy, upstream pools, store,
-                  validator, judge-verdict cache, metrics, background tasks — reached as `request.app.state.router`
+Runtime           what one running proxy owns (router/runtime.py) — reached as `request.app.state.router`
+Lifecycle         starts the router once: from the server's lifespan, or on the first call when the
+                  app is mounted in another (whose lifespan never reaches it); `lifespan_of(app)`
+                  gives that app a lifespan to start and close it cleanly
 routes            api/chat.py (POST /v1/chat/completions), api/messages.py (POST /v1/messages, Anthropic),
                   api/responses.py (POST /v1/responses),
                   api/responses_ws.py (WebSocket mode on /v1/responses), api/admin.py (models,
@@ -13,140 +15,105 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import gc
-import hmac
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from router.adaptive import AdaptiveState
 from router.api import admin, chat, error_response, messages, responses, responses_ws
 from router.api.access import AccessLog
-from router.api.open_calls import OpenCalls
-from router.errors import Overloaded, Unauthorized, UnknownPath
-from router.escalation import Trace
-from router.lanes import Choice, Lanes
-from router.metrics import Metrics
+from router.errors import NotStarted, RouterError, ShuttingDown, UnknownPath
 from router.policy.model import Policy
-from router.policy.watch import PolicyHolder, watch
-from router.responses.state import ResponseCache, ResponseState
+from router.policy.watch import PolicyHolder
+from router.runtime import Runtime, StoreUnusable
 from router.settings import Settings
-from router.shadow import Shadower
-from router.store import Store, StoreOptions, open_store
-from router.store.base import LANE_PREFIX, Event
-from router.tracing import Tracing
-from router.upstream import Limits, Upstreams
-from router.validate import Validator
-from router.verify import VerdictCache
+from router.store import StoreOptions, open_store
+from router.upstream import Upstream, build_upstream, serving
 
 log = logging.getLogger("router")
 
 
-class Router:
-    def __init__(self, settings: Settings, policy: PolicyHolder, store: Store) -> None:
-        self.settings = settings
-        self.policy = policy
-        self.store = store
-        self.metrics = Metrics()
-        self.open = OpenCalls(self.metrics, settings.shutdown_grace)  # ended when a client leaves, at shutdown
-        limits = Limits(settings.upstream_max_body_bytes, settings.upstream_max_answer_chars, self.metrics.tripped)
-        self.upstreams = Upstreams(warm=settings.warm_up, limits=limits)
-        self.validator = Validator(
-            max_schema_bytes=settings.max_schema_bytes, max_pattern_bytes=settings.max_pattern_bytes
-        )
-        self.verdicts = VerdictCache()  # judge verdicts by (call, context) hash, bounded LRU
-        self.tracing = Tracing(settings)  # OpenTelemetry spans; off unless OTEL_* says otherwise
-        self.shadow = Shadower(settings, self.metrics)  # a route's `shadow` option (router/shadow.py)
-        self.adaptive = AdaptiveState(store, policy)
-        self.lanes = Lanes(self._count_lane)  # calls in flight per lane, lane views of the policy
-        cache = ResponseCache(settings.responses_cache_entries, settings.responses_cache_bytes)
-        durable = settings.responses_store_ttl > 0 and store.backend != "memory"  # memory:// adds nothing
-        self.responses = ResponseState(cache, store if durable else None, self.metrics)  # previous_response_id
-        self.inflight = 0
-        self.ready = False
-        self._tasks: set[asyncio.Task[Any]] = set()
+class Lifecycle:
+    """The router's start and close, each once. Mounted in another app (whose lifespan never reaches
+    a mounted one), the first call starts it: calls meanwhile wait for that start, a failed start is
+    a 503 (`NotStarted`) and the next call tries again. Once closed it stays closed."""
 
-    def background(self, coro: Coroutine[Any, Any, Any]) -> None:
-        """Run off the request path; failures are logged, never raised to a client."""
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            log.warning("background task failed: %s", type(exc).__name__)
-
-    def authorize(self, request: HTTPConnection) -> None:
-        keys = [k.get_secret_value() for k in self.policy.current.client_keys + self.settings.client_keys]
-        if not keys:
-            return
-        auth = request.headers.get("authorization", "")
-        given = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-        if not any(hmac.compare_digest(given.encode(), k.encode()) for k in keys):
-            self.metrics.refused.labels("unauthorized").inc()
-            raise Unauthorized("A valid API key is required (Authorization: Bearer <key>).")
-
-    def _count_lane(self, lane: Choice) -> None:
-        """A call that asked for a lane: metrics and the store (stats' `lanes`), refusals included."""
-        asked = lane.asked or lane.name
-        self.metrics.lanes.labels(asked, lane.outcome).inc()
-        self.store.record([Event("", asked, kind=LANE_PREFIX + lane.outcome)])
-
-    def admit(self) -> None:
-        """Refuse (503, Retry-After) when too many calls are in flight."""
-        if self.inflight >= self.settings.max_concurrency:
-            self.metrics.refused.labels("overloaded").inc()
-            raise Overloaded("Too many calls in flight; retry shortly.")
-
-    def observe(self, trace: Trace, ttft: float | None) -> None:
-        """Count a served call: its final tier and route, time to first byte and in total."""
-        elapsed = asyncio.get_running_loop().time() - trace.started
-        self.metrics.observe_call(trace.tier, trace.route, trace.escalated, ttft or elapsed, elapsed)
-
-    async def apply(self, policy: Policy) -> None:
-        await self.upstreams.apply(policy)
-        self.metrics.reloads.labels("applied").inc()
+    def __init__(self, router: Runtime) -> None:
+        self.router = router
+        self._lock = asyncio.Lock()
+        self._started = False
+        self._closed = False
 
     async def start(self) -> None:
-        await self.store.start()
-        if self.store.unusable and self.policy.current.store_required:
-            await self.store.close()
-            raise StoreUnusable(self.store.backend, self.store.unusable)
-        if self.store.unusable:
-            log.error("%s store unusable (%s); serving degraded", self.store.backend, self.store.unusable)
-        self.tracing.open()
-        await self.upstreams.apply(self.policy.current)
-        if self.settings.reload_policy and self.policy.path is not None:
-            self.background(watch(self.policy, self.policy.path, on_change=self.apply))
-        self.background(self.adaptive.run())
-        self.background(self.responses.run())
-        gc.freeze()  # start-up objects (policy, pools, imports) leave the collector's scans: shorter pauses
-        self.ready = True
+        async with self._lock:
+            if self._closed:
+                raise ShuttingDown("The router is shutting down.")
+            if self._started:
+                return
+            try:
+                await self.router.start()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await self.router.close()  # what did start (the store, tiers) is released
+                raise
+            self._started = True
 
     async def close(self) -> None:
-        self.ready = False
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.responses.close()  # what is still queued for the store
-        await self.upstreams.close()
-        await self.store.close()
-        await self.tracing.close()  # the spans still queued are exported (bounded by the exporter's timeout)
+        async with self._lock:
+            self._closed = True
+            if self._started:
+                self._started = False
+                await self.router.close()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: object = None) -> AsyncIterator[dict[str, Runtime]]:
+        await self.start()
+        try:
+            yield {"router": self.router}  # the lifespan state: how router/connections.py finds the router
+        finally:
+            await self.close()
 
 
-class StoreUnusable(Exception):
-    """The store cannot be used at start-up and the policy requires it (`store_required`)."""
+class StartOnFirstCall:
+    """ASGI middleware: a call that finds the router not started starts it (`Lifecycle.start`)."""
 
-    def __init__(self, backend: str, reason: str) -> None:
-        super().__init__(f"the {backend} store cannot be used: {reason} (or set store_required: false in the policy)")
+    def __init__(self, app: ASGIApp, lifecycle: Lifecycle) -> None:
+        self.app = app
+        self.lifecycle = lifecycle
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.lifecycle.router.ready and scope["type"] in ("http", "websocket"):
+            try:
+                await self.lifecycle.start()
+            except RouterError as exc:
+                return await _refuse(exc, scope, receive, send)
+            except Exception as exc:  # the reason goes to the log, never to the client
+                reason = exc if isinstance(exc, StoreUnusable) else type(exc).__name__
+                log.error("the router could not start: %s", reason)
+                return await _refuse(NotStarted("The router could not start; retry shortly."), scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+async def _refuse(exc: RouterError, scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1013, "reason": exc.message[:120]})  # 1013: try again later
+    else:
+        await error_response(exc)(scope, receive, send)
+
+
+def lifespan_of(app: Starlette) -> Callable[[Any], AbstractAsyncContextManager[dict[str, Runtime]]]:
+    """The lifespan of an app made by `create_app`, for the app it is mounted in:
+    `FastAPI(lifespan=lifespan_of(proxy))` starts the router with it and closes it cleanly."""
+    lifecycle: Lifecycle = app.state.lifecycle
+    return lifecycle.lifespan
 
 
 async def store_problem(settings: Settings, policy: Policy) -> str | None:
@@ -181,20 +148,16 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(err)
 
 
-def create_app(settings: Settings, policy: PolicyHolder | None = None) -> Starlette:
+def create_app(
+    settings: Settings, policy: PolicyHolder | None = None, upstreams: Mapping[str, Upstream] | None = None
+) -> Starlette:
+    """The proxy. `upstreams` serves the tiers it names with those objects (router/upstream/__init__.py)."""
     holder = policy or PolicyHolder.from_file(settings.policy)
     url = settings.store or holder.current.store
     redis = url.lower().startswith(("redis://", "rediss://"))
     store = open_store(url, store_options(settings), **({"prefix": settings.store_prefix} if redis else {}))
-    router = Router(settings, holder, store)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Router]]:
-        await router.start()
-        try:
-            yield {"router": router}  # the lifespan state: how router/connections.py finds the router
-        finally:
-            await router.close()
+    router = Runtime(settings, holder, store, serving(upstreams) if upstreams else build_upstream)
+    lifecycle = Lifecycle(router)
 
     routes = [
         Route("/v1/chat/completions", chat.completions, methods=["POST"]),
@@ -209,9 +172,13 @@ def create_app(settings: Settings, policy: PolicyHolder | None = None) -> Starle
     ]
     app = Starlette(
         routes=routes,
-        lifespan=lifespan,
+        lifespan=lifecycle.lifespan,
         exception_handlers={HTTPException: _http_error},
-        middleware=[Middleware(AccessLog)] if settings.access_log else [],
+        middleware=[
+            *([Middleware(AccessLog)] if settings.access_log else []),
+            Middleware(StartOnFirstCall, lifecycle=lifecycle),
+        ],
     )
     app.state.router = router
+    app.state.lifecycle = lifecycle
     return app

@@ -11,7 +11,7 @@
     keep_alive_timeout  an idle keep-alive connection is closed (uvicorn's own timer)
     shutdown            uvicorn asks every connection to close: the router then ends the calls and
                         streams still open at 80% of `shutdown_grace` in their API's shape
-                        (router/api/open_calls.py); a WebSocket is closed (1012) only after that
+                        (router/core/open_calls.py); a WebSocket is closed (1012) only after that
 
 Every limit that trips counts in `router_limits_tripped{limit}`. The protocols find the router in
 the lifespan state (`{"router": router}`, router/app.py), so they work in every worker process.
@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from router.api.open_calls import CUT_AT
+from router.constants import CUT_AT
 from router.errors import Overloaded
 from router.settings import Settings
 
 if TYPE_CHECKING:
-    from router.app import Router
+    from router.runtime import Runtime
 
 _CLOSE = b"connection: close\r\ncontent-length: 0\r\n\r\n"
 _TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\n" + _CLOSE
@@ -56,7 +56,7 @@ def connection_cap(settings: Settings) -> int:
     return max(16, soft * 3 // 4) if soft != resource.RLIM_INFINITY else 1 << 20
 
 
-def _router(protocol: Any) -> Router | None:
+def _router(protocol: Any) -> Runtime | None:
     state = getattr(protocol, "app_state", None)
     return state.get("router") if isinstance(state, dict) else None
 
@@ -65,7 +65,7 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
     """`base` (an uvicorn HTTP protocol) with the limits above."""
 
     class Guarded(base):  # type: ignore[misc]
-        _router: Router | None = None
+        _router: Runtime | None = None
         _timer: asyncio.TimerHandle | None = None
         _header_bytes = 0
         _served = 0

@@ -7,13 +7,14 @@
     ├── Unauthorized                 401 authentication_error / invalid_api_key
     ├── NotFound                     404 invalid_request_error / model_not_found
     │   └── UnknownPath              404 (or 405) invalid_request_error / not_found
-    ├── LaneRefused                  403 permission_error / lane_refused        (router/lanes.py)
+    ├── LaneRefused                  403 permission_error / lane_refused        (router/core/lanes.py)
     ├── RequestTimeout               408 invalid_request_error / request_timeout    (the body came too slowly)
     ├── BodyTooLarge                 413 invalid_request_error / body_too_large
     ├── LaneBusy                     429 rate_limit_error / lane_busy            (Retry-After)
     ├── ClientGone                   499 client_gone: the client left; never sent, ends the call's work
     ├── Overloaded                   503 overloaded_error / overloaded          (Retry-After)
-    │   └── ShuttingDown             503 overloaded_error / shutting_down       (a call still open at shutdown)
+    │   ├── ShuttingDown             503 overloaded_error / shutting_down       (a call still open at shutdown)
+    │   └── NotStarted               503 overloaded_error / not_started         (the proxy could not start)
     └── UpstreamError                502 upstream_error / upstream_error        (x-should-retry: false)
         ├── UpstreamTimeout          504 timeout_error / timeout
         ├── UpstreamStatus           the request's fault (400, 413, 422, …) is passed on; else 502
@@ -174,6 +175,12 @@ class Overloaded(RouterError):
     code = "overloaded"
     should_retry = True
     retry_after = "1"
+
+
+class NotStarted(Overloaded):
+    """The proxy could not start (its store, its tiers): a call made before it did gets this."""
+
+    code = "not_started"
 
 
 class ShuttingDown(Overloaded):

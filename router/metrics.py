@@ -77,13 +77,13 @@ class Metrics:
             registry=r,
         )
         self.reloads = Counter("router_policy_reloads", "Policy reloads by outcome", ["outcome"], registry=r)
-        self.response_state = Counter(  # router/responses/state.py
+        self.response_state = Counter(  # router/core/response_state.py
             "router_response_state",
             "previous_response_id state: lookups by where they were answered, store writes by outcome",
             ["op", "outcome"],
             registry=r,
         )
-        # shadow mode (router/shadow.py)
+        # shadow mode (router/core/shadow.py)
         self.shadow = Counter(
             "router_shadow",
             "Shadow comparisons per route by outcome (agree, disagree, unsure, error, recorded)",
@@ -99,7 +99,7 @@ class Metrics:
         self.shadow_inflight = Gauge(
             "router_shadow_inflight", "Shadow comparisons in flight", registry=r, multiprocess_mode="livesum"
         )
-        self.left_out = Counter(  # router/responses/items.py, router/responses/tools.py
+        self.left_out = Counter(  # router/responses/items.py, router/upstream/responses_tools.py
             "router_left_out",
             "Parts of client requests a chat tier cannot take, left out of what it sees, by API, part and type",
             ["api", "part", "type"],

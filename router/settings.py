@@ -7,6 +7,7 @@ lives in the policy file; how the process behaves lives here.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -56,7 +57,7 @@ class Settings(BaseSettings):
     ws_ping_interval: float = Field(20.0, gt=0, description="seconds between WebSocket pings; no pong as long → close")
     ws_max_pending: int = Field(8, ge=1, description="response.create messages queued per connection; more → 1008")
 
-    # shadow mode (a route's `shadow` option, router/shadow.py): background work, bounded
+    # shadow mode (a route's `shadow` option, router/core/shadow.py): background work, bounded
     shadow_max_inflight: int = Field(
         8, ge=1, description="shadow comparisons in flight; a sampled call beyond it is dropped and counted"
     )
@@ -90,7 +91,7 @@ class Settings(BaseSettings):
         5.0, gt=0, description="seconds calls may finish after SIGTERM; streams still open then get an error ending"
     )
 
-    # OpenTelemetry traces (router/tracing.py): on or off by the standard OTEL_* variables alone
+    # OpenTelemetry traces (router/core/tracing.py): on or off by the standard OTEL_* variables alone
     otel_capture_content: bool = Field(
         False, description="put prompts and answers in trace spans (gen_ai.input/output.messages); off: never"
     )
@@ -99,3 +100,8 @@ class Settings(BaseSettings):
     warm_up: bool = Field(True, description="open upstream connections at start-up")
     log_level: str = "info"
     access_log: bool = Field(True, description="one info line per request: method, path, status, tier, route, ms")
+
+
+def default(name: str) -> Any:
+    """A setting's default, for code that also runs without a Settings (a store, a validator, a client)."""
+    return Settings.model_fields[name].default

@@ -1,6 +1,6 @@
 """Shared fixtures: real servers on free ports, nothing mocked.
 
-fake            a running fake upstream (router/upstream/fake.py), default config
+fake            a running fake upstream (router/fake/server.py), default config
 start_fake_     factory: await start_fake_(FakeConfig(...)) -> FakeServer (closed after the test)
 proxy_          factory: await proxy_(policy_yaml, **settings) -> Proxy (a real uvicorn server)
 policy_text()   a policy with fast/full tiers pointing at given upstream URLs
@@ -24,10 +24,11 @@ import pytest
 import uvicorn
 from aiohttp import web
 
-from router.app import Router, create_app
+from router.app import create_app
 from router.connections import server_options
+from router.fake import FakeConfig, FakeServer, start_fake
+from router.runtime import Runtime
 from router.settings import Settings
-from router.upstream.fake import FakeConfig, FakeServer, start_fake
 
 
 def free_socket() -> socket.socket:
@@ -116,7 +117,7 @@ async def serve_app(app: web.Application) -> AsyncIterator[str]:
 class Proxy:
     url: str  # ends with /v1
     base: str  # http://127.0.0.1:PORT
-    router: Router
+    router: Runtime
     policy_path: Path
     server: uvicorn.Server | None = None
     task: asyncio.Task[None] | None = None

@@ -1,4 +1,4 @@
-"""`GET /metrics`: Prometheus text that parses, with the counters of DESIGN.md after known traffic —
+"""`GET /metrics`: Prometheus text that parses, with the documented counters after known traffic —
 answers and mistakes per tier/route/kind, client calls by final tier and escalation, latency
 histograms with one observation per served call, and refusals by reason."""
 
@@ -13,7 +13,7 @@ import openai
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from router.upstream.fake import FakeConfig, FakeServer
+from router.fake import FakeConfig, FakeServer
 from tests.conftest import Proxy, policy_text
 
 StartFake = Callable[..., Awaitable[FakeServer]]

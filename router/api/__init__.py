@@ -3,9 +3,10 @@
 `endpoint` wraps every handler: the one place where errors become OpenAI-shaped responses, and
 where nothing unexpected escapes to the server's logger with a traceback.
 
-`admitted` is a call's admission: authorize, read the body (within `body_timeout`), and only then
-take a place in flight; while the call runs, a client that goes away cancels it (and so its
-upstream call) at once (router/api/open_calls.py).
+`authorize` checks a client's key, `Admission` is one place among the calls in flight, `observe`
+counts a served call. `admitted` is a call's admission: authorize, read the body (within
+`body_timeout`), and only then take a place in flight; while the call runs, a client that goes
+away cancels it (and so its upstream call) at once (router/core/open_calls.py).
 """
 
 from __future__ import annotations
@@ -13,23 +14,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, NoReturn
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 
-from router.errors import BodyTooLarge, ClientGone, RequestTimeout, RouterError
+from router.errors import BodyTooLarge, ClientGone, Overloaded, RequestTimeout, RouterError, Unauthorized
 from router.upstream.base import Chunk
 
 if TYPE_CHECKING:
-    from router.app import Router
+    from router.core.escalation import Trace
+    from router.runtime import Runtime
 
 log = logging.getLogger("router.api")
 
 Handler = Callable[[Request], Awaitable[Response]]
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may buffer a stream
 
 
 def error_response(exc: RouterError) -> Response:
@@ -56,17 +58,56 @@ def endpoint(handler: Handler, render: Callable[[RouterError], Response] = error
     return wrapped
 
 
-def router_of(request: Request) -> Router:
+def router_of(request: Request) -> Runtime:
     return request.app.state.router  # type: ignore[no-any-return]
 
 
-class Admitted:
-    """A client call holding a place in `router.inflight`, with its body. The `admitted()` block
-    gives the place back when it ends, unless `to_stream()` handed it to a stream, which gives it
-    back when it ends."""
+def authorize(router: Runtime, connection: HTTPConnection) -> None:
+    """401 unless the call carries one of the client keys (the policy's and the settings'), if any."""
+    keys = [k.get_secret_value() for k in router.policy.current.client_keys + router.settings.client_keys]
+    if not keys:
+        return
+    auth = connection.headers.get("authorization", "")
+    given = auth[7:].strip() if auth[:7].lower() == "bearer " else connection.headers.get("x-api-key", "")
+    if not any(hmac.compare_digest(given.encode(), k.encode()) for k in keys):
+        router.metrics.refused.labels("unauthorized").inc()
+        raise Unauthorized("A valid API key is required (Authorization: Bearer <key>).")
 
-    def __init__(self, router: Router, body: bytes) -> None:
+
+def observe(router: Runtime, trace: Trace, ttft: float | None) -> None:
+    """Count a served call: its final tier and route, time to first byte and in total."""
+    elapsed = asyncio.get_running_loop().time() - trace.started
+    router.metrics.observe_call(trace.tier, trace.route, trace.escalated, ttft or elapsed, elapsed)
+
+
+class Admission:
+    """One place among the calls in flight (`router.inflight`, which changes only here): taken when
+    made, given back by the first `release()` (later ones do nothing)."""
+
+    __slots__ = ("_held", "router")
+
+    def __init__(self, router: Runtime) -> None:
+        if router.inflight >= router.settings.max_concurrency:
+            router.metrics.refused.labels("overloaded").inc()
+            raise Overloaded("Too many calls in flight; retry shortly.")
+        router.inflight += 1
         self.router = router
+        self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self.router.inflight -= 1
+
+
+class Admitted(Admission):
+    """An admitted client call with its body. The `admitted()` block gives its place back when it
+    ends, unless `to_stream()` handed it to a stream, whose framer releases it when it ends."""
+
+    __slots__ = ("body", "streaming")
+
+    def __init__(self, router: Runtime, body: bytes) -> None:
+        super().__init__(router)
         self.body = body
         self.streaming = False
 
@@ -81,11 +122,9 @@ async def admitted(request: Request) -> AsyncIterator[Admitted]:
     """Authorize (401), read the body (413, 408), admit (503 when too many calls are in flight) and
     count one call; a client that goes away meanwhile cancels the call."""
     router = router_of(request)
-    router.authorize(request)
+    authorize(router, request)
     body = await read_body(request, router)  # before a place is taken: a slow body holds none
-    router.admit()
-    router.inflight += 1
-    call = Admitted(router, body)
+    call = Admitted(router, body)  # 503 when too many calls are in flight
     with router.open.running() as task:
         watch = asyncio.create_task(_until_gone(request, router, task))
         try:
@@ -93,21 +132,22 @@ async def admitted(request: Request) -> AsyncIterator[Admitted]:
         finally:
             watch.cancel()
             if not call.streaming:
-                router.inflight -= 1
+                call.release()
 
 
-async def _until_gone(request: Request, router: Router, task: asyncio.Task[object]) -> None:
+async def _until_gone(request: Request, router: Runtime, task: asyncio.Task[object]) -> None:
     """Once the body is in, the next message is `http.disconnect`: the client left."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
     router.open.end(task, ClientGone("The client closed the connection."), "client_gone")
 
 
-def lower_headers(request: Request) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
+def lower_headers(connection: HTTPConnection) -> dict[str, str]:
+    """A request's or WebSocket upgrade's headers, names lower-cased."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in connection.scope["headers"]}
 
 
-async def read_body(request: Request, router: Router) -> bytes:
+async def read_body(request: Request, router: Runtime) -> bytes:
     """The request body, refusing (413) anything over the limit without reading it all, and (408)
     a body that takes longer than `body_timeout`."""
     limit = router.settings.max_body_bytes
@@ -130,6 +170,6 @@ async def read_body(request: Request, router: Router) -> bytes:
     return b"".join(chunks)
 
 
-def _too_large(router: Router, limit: int) -> NoReturn:
+def _too_large(router: Runtime, limit: int) -> NoReturn:
     router.metrics.refused.labels("body_too_large").inc()
     raise BodyTooLarge(f"The request body exceeds the limit of {limit} bytes.")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from importlib.resources import files
 
 import orjson
+import yaml
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from router.api import endpoint, router_of
+from router.api import authorize, endpoint, router_of
 from router.errors import BadRequest
 
 
@@ -58,7 +60,7 @@ async def readyz(request: Request) -> Response:
 @endpoint
 async def models(request: Request) -> Response:
     router = router_of(request)
-    router.authorize(request)
+    authorize(router, request)
     policy = router.policy.current
     now = int(time.time())
     data = [{"id": name, "object": "model", "created": now, "owned_by": "agent-router"} for name in policy.models]
@@ -73,7 +75,7 @@ async def models(request: Request) -> Response:
 @endpoint
 async def stats(request: Request) -> Response:
     router = router_of(request)
-    router.authorize(request)
+    authorize(router, request)
     window = request.query_params.get("window")
     try:
         seconds = float(window) if window else None
@@ -87,7 +89,7 @@ async def series(request: Request) -> Response:
     """Counters per time bucket since `since` (unix seconds), for plots: rows of
     [bucket start, tier, route, tool, kind, count]."""
     router = router_of(request)
-    router.authorize(request)
+    authorize(router, request)
     try:
         since = float(request.query_params.get("since") or time.time() - 3600)
         bucket = int(request.query_params.get("bucket") or 60)
@@ -103,6 +105,17 @@ async def metrics(request: Request) -> Response:
     return Response(router_of(request).metrics.render(), media_type="text/plain; version=0.0.4")
 
 
+@endpoint
+async def openapi(request: Request) -> Response:
+    """GET /openapi.json: the HTTP surface (router/api/openapi.yaml), read once per app."""
+    state = request.app.state
+    document: bytes | None = getattr(state, "openapi", None)
+    if document is None:
+        text = files("router.api").joinpath("openapi.yaml").read_text(encoding="utf-8")
+        document = state.openapi = orjson.dumps(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    return Response(document, media_type="application/json")
+
+
 routes = [
     Route("/", root, methods=["GET"]),  # HEAD too (Starlette adds it to GET routes)
     Route("/healthz", healthz, methods=["GET"]),
@@ -111,4 +124,5 @@ routes = [
     Route("/v1/router/stats", stats, methods=["GET"]),
     Route("/v1/router/series", series, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
+    Route("/openapi.json", openapi, methods=["GET"]),
 ]

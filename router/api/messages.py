@@ -10,28 +10,24 @@ also ends with the `: router {json}` comment. Errors have Anthropic's shape
 
 from __future__ import annotations
 
-import asyncio
 import functools
-from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from router import pipeline
-from router.api import SSE_HEADERS, admitted, endpoint, lower_headers, read_body, router_of
-from router.call import FORBIDDEN_FIELDS, Call, parse_body, session_of
-from router.errors import BadRequest, ForbiddenField, Overloaded, RouterError
-from router.escalation import Trace
+from router.api import admitted, authorize, endpoint, lower_headers, observe, read_body, router_of
+from router.api.headers import router_headers
+from router.api.sse import SSE_HEADERS, framed, sse_frame
+from router.core import pipeline
+from router.core.call import Call, parse_body, refuse_forbidden, session_of
+from router.errors import BadRequest, Overloaded, RouterError
 from router.messages.events import Event, MessageEvents, error_body
 from router.messages.translate import chat_body, message_of, new_message_id
 from router.policy.decide import CHARS_PER_TOKEN, features_of
 from router.upstream.anthropic import FORWARDED_HEADERS
-from router.upstream.base import Chunk, Native
-
-if TYPE_CHECKING:
-    from router.app import Router
+from router.upstream.base import Native
 
 
 def anthropic_error(exc: RouterError) -> Response:
@@ -46,9 +42,7 @@ anthropic_endpoint = functools.partial(endpoint, render=anthropic_error)
 def messages_call(raw: bytes, headers: Mapping[str, str], *, count_only: bool = False) -> Call:
     """Parse and check a Messages request; the chat body is what routing and the checks read."""
     request = parse_body(raw)
-    for name in FORBIDDEN_FIELDS:
-        if name in request:
-            raise ForbiddenField(f"The field {name!r} is not accepted: upstreams are set by the policy.", param=name)
+    refuse_forbidden(request)
     max_tokens = request.get("max_tokens")
     if not count_only and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
         raise BadRequest("max_tokens: Field required (a positive integer)", param="max_tokens")
@@ -66,14 +60,23 @@ async def create(request: Request) -> Response:
         if call.stream:
             trace, chunks = await pipeline.stream(router, call)
             chunks = admission.to_stream(chunks)
-            frames = _sse(router, trace, chunks, MessageEvents(new_message_id(), model))
-            return StreamingResponse(frames, media_type="text/event-stream", headers={**SSE_HEADERS, **trace.headers()})
+            events = MessageEvents(new_message_id(), model)
+            frames = framed(
+                admission,
+                trace,
+                chunks,
+                lambda chunk: _frames(events.feed(chunk)),
+                fail=lambda exc: sse_frame(error_body(exc)),
+                close=lambda: _frames(events.close()),
+            )
+            headers = {**SSE_HEADERS, **router_headers(trace)}
+            return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
         trace, reply = await pipeline.complete(router, call)
-        router.observe(trace, None)
+        observe(router, trace, None)
         if reply.native is not None and reply.raw is not None:  # the tier's own answer, untouched
-            return Response(reply.raw, headers=trace.headers(), media_type="application/json")
+            return Response(reply.raw, headers=router_headers(trace), media_type="application/json")
         message = message_of(reply.data, model, new_message_id())
-        return Response(orjson.dumps(message), headers=trace.headers(), media_type="application/json")
+        return Response(orjson.dumps(message), headers=router_headers(trace), media_type="application/json")
 
 
 @anthropic_endpoint
@@ -81,38 +84,11 @@ async def count_tokens(request: Request) -> Response:
     """An estimate, as the router counts prompt size for routing (characters / 4, tools included):
     the tiers' tokenizers differ, and the router may send the call to any of them."""
     router = router_of(request)
-    router.authorize(request)
+    authorize(router, request)
     call = messages_call(await read_body(request, router), lower_headers(request), count_only=True)
     tools = len(orjson.dumps(call.body["tools"])) // CHARS_PER_TOKEN if call.body.get("tools") else 0
     return Response(orjson.dumps({"input_tokens": call.features.prompt_tokens + tools}), media_type="application/json")
 
 
-def _frame(event: Event) -> bytes:
-    return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
-
-
 def _frames(events: list[Event]) -> bytes:
-    return b"".join(_frame(e) for e in events)
-
-
-async def _sse(
-    router: Router, trace: Trace, chunks: AsyncIterator[Chunk], events: MessageEvents
-) -> AsyncIterator[bytes]:
-    """Messages events of the pipeline's stream; an error after the first byte is an `error` event."""
-    ttft = asyncio.get_running_loop().time() - trace.started
-    pending: list[bytes] = []  # events of chunks that arrived together go out in one write
-    trailer = b": router " + b"%s\n\n"
-    try:
-        try:
-            async for chunk in chunks:
-                pending.append(_frames(events.feed(chunk)))
-                if not chunk.more:
-                    yield b"".join(pending)
-                    pending.clear()
-        except RouterError as exc:
-            yield b"".join((*pending, _frame(error_body(exc)), trailer % trace.summary()))
-            return
-        yield b"".join((*pending, _frames(events.close()), trailer % trace.summary()))
-    finally:
-        router.inflight -= 1
-        router.observe(trace, ttft)
+    return b"".join(sse_frame(e) for e in events)

@@ -6,7 +6,7 @@ the client's tools a chat tier cannot run (web_search, ...), which it was not of
 response's final decision also rides on `response.completed` (`"router": {...}`) and in a trailing
 `: router {json}` comment.
 Responses are remembered (unless `store: false`) for `previous_response_id` in the process cache and
-the store (router/responses/state.py); an unknown id, or one the store cannot look up, is a 400.
+the store (router/core/response_state.py); an unknown id, or one the store cannot look up, is a 400.
 
 A stream's first event is sent once the pipeline has the first chunk, so a failure before it is
 still a plain HTTP error with its status (as on the chat transport); later ones are `error` events.
@@ -14,25 +14,17 @@ still a plain HTTP error with its status (as on the chat transport); later ones 
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
-from typing import TYPE_CHECKING
-
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from router import pipeline
-from router.api import SSE_HEADERS, admitted, endpoint, lower_headers
-from router.call import parse_body
-from router.escalation import Trace
+from router.api import admitted, endpoint, lower_headers, observe
+from router.api.headers import router_headers
+from router.api.sse import SSE_HEADERS, framed, sse_frame
+from router.core import pipeline
+from router.core.call import parse_body
+from router.core.response_state import Stored
 from router.responses import turn as turns
-from router.responses.events import Event
-from router.responses.state import Stored
-
-if TYPE_CHECKING:
-    from router.app import Router
 
 
 @endpoint
@@ -55,26 +47,10 @@ async def create(request: Request) -> Response:
         if stream:
             trace, chunks = await pipeline.stream(router, turn.call)
             chunks = admission.to_stream(chunks)
-            frames = _sse(router, trace, turns.events(turn, trace, chunks, save))
-            headers = {**SSE_HEADERS, **trace.headers(), **left_out}
+            frames = framed(admission, trace, turns.events(turn, trace, chunks, save), sse_frame)
+            headers = {**SSE_HEADERS, **router_headers(trace), **left_out}
             return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
         trace, response = await turns.complete(router, turn, save)
-        router.observe(trace, None)
-        headers = {**trace.headers(), **left_out}
+        observe(router, trace, None)
+        headers = {**router_headers(trace), **left_out}
         return Response(orjson.dumps(response), headers=headers, media_type="application/json")
-
-
-def sse_frame(event: Event) -> bytes:
-    return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
-
-
-async def _sse(router: Router, trace: Trace, events: AsyncGenerator[Event, None]) -> AsyncIterator[bytes]:
-    ttft = asyncio.get_running_loop().time() - trace.started
-    try:
-        async with aclosing(events):
-            async for event in events:
-                yield sse_frame(event)
-        yield b": router " + trace.summary() + b"\n\n"
-    finally:
-        router.inflight -= 1
-        router.observe(trace, ttft)

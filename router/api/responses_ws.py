@@ -6,7 +6,7 @@ implicit and ignored); the server answers each with the same events as the SSE s
 frame per event, ending in `response.completed` (or `response.incomplete`, or `error`).
 `generate: false` stores the input as a response without calling a model (warm-up).
 `previous_response_id` is looked up on this connection first, then in the process cache, then in the
-store (router/responses/state.py); a miss is an `error` event and the socket stays open.
+store (router/core/response_state.py); a miss is an `error` event and the socket stays open.
 
 Limits and liveness
   auth          on the upgrade, from its headers (Authorization: Bearer / x-api-key): refused with
@@ -33,16 +33,16 @@ from typing import TYPE_CHECKING
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from router import pipeline
-from router.api import error_response
-from router.call import check_depth
+from router.api import Admission, authorize, error_response, lower_headers, observe
+from router.core import pipeline
+from router.core.call import check_depth
+from router.core.response_state import ResponseCache, Stored
 from router.errors import BadRequest, InvalidJSON, RouterError, Unauthorized
 from router.responses import turn as turns
 from router.responses.events import Event, error_event
-from router.responses.state import ResponseCache, Stored
 
 if TYPE_CHECKING:
-    from router.app import Router
+    from router.runtime import Runtime
 
 log = logging.getLogger("router.api.ws")
 
@@ -57,9 +57,9 @@ class UnknownEvent(BadRequest):
 
 
 async def connect(websocket: WebSocket) -> None:
-    router: Router = websocket.app.state.router
+    router: Runtime = websocket.app.state.router
     try:
-        router.authorize(websocket)
+        authorize(router, websocket)
     except Unauthorized as exc:
         if "websocket.http.response" in websocket.scope.get("extensions", {}):
             await websocket.send_denial_response(error_response(exc))
@@ -71,13 +71,13 @@ async def connect(websocket: WebSocket) -> None:
 
 
 class Connection:
-    def __init__(self, router: Router, websocket: WebSocket) -> None:
+    def __init__(self, router: Runtime, websocket: WebSocket) -> None:
         s = router.settings
         self.router = router
         self.ws = websocket
         self.cache = ResponseCache(s.ws_max_responses, s.ws_max_state_bytes)
         self.shared = router.responses
-        self.headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in websocket.scope["headers"]}
+        self.headers = lower_headers(websocket)
         self.pending: asyncio.Queue[str] = asyncio.Queue(maxsize=s.ws_max_pending)
         self.close_with: tuple[int, str] | None = None
 
@@ -185,11 +185,10 @@ class Connection:
     async def _respond(self, turn: turns.Turn, save: turns.Save) -> None:
         router = self.router
         try:
-            router.admit()
+            admission = Admission(router)
         except RouterError as exc:
             await self.send(error_event(exc))
             return
-        router.inflight += 1
         try:
             # created + in_progress go out before the upstream answers: the client parses them while
             # the model thinks (off the TTFT path); a failure then is an `error` event, as later ones.
@@ -217,6 +216,6 @@ class Connection:
                     async for ev in stream:
                         await self.send(ev)
             finally:
-                router.observe(trace, ttft)
+                observe(router, trace, ttft)
         finally:
-            router.inflight -= 1
+            admission.release()

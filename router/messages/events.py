@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from router.errors import RouterError
-from router.messages.translate import new_tool_id, stop_reason, usage_of
+from router.messages.translate import new_tool_id, usage_of
 from router.upstream.base import Chunk
+from router.upstream.messages_view import stop_reason
 
 Event = dict[str, Any]
 

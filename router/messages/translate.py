@@ -3,9 +3,9 @@
     chat_body(request)            a Messages request → (chat-completions body, tool_use ids the
                                   agent reported as failed with `is_error`)
     message_of(reply, ...)        a chat.completion → a Messages `message` object
-    chat_message(message)         a Messages `message` (a native tier's answer) → the chat assistant
-                                  message the validator reads
-    stop_reason(finish_reason)    chat finish reasons → Messages stop reasons (and back: `finish_reason`)
+
+The answer views a native `anthropic/*` tier needs too — `chat_message(message)`, `stop_reason`,
+`finish_reason` — are in router/upstream/messages_view.py.
 
 What a chat tier cannot take is left out of what it sees: `thinking` / `redacted_thinking` blocks,
 blocks of server tools (web search results, ...), `cache_control`, request fields with no chat
@@ -26,29 +26,14 @@ import orjson
 
 from router.errors import BadRequest
 from router.upstream.base import token_count
+from router.upstream.messages_view import stop_reason
 
-_STOP_REASONS = {
-    "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
-    "content_filter": "refusal",
-}  # fmt: skip
-_FINISH_REASONS = {
-    "end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
-    "refusal": "content_filter", "pause_turn": "stop", "model_context_window_exceeded": "length",
-}  # fmt: skip
 _COPIED = ("temperature", "top_p", "max_tokens")  # same name, same meaning in both APIs
 _SERVER_TOOL_TYPES = ("web_search", "web_fetch", "code_execution", "mcp_toolset", "tool_search")
 
 
 def new_message_id() -> str:
     return "msg_" + secrets.token_hex(12)
-
-
-def stop_reason(finish_reason: str | None, has_calls: bool = False) -> str:
-    return "tool_use" if has_calls else _STOP_REASONS.get(finish_reason or "stop", "end_turn")
-
-
-def finish_reason(stop: str | None) -> str | None:
-    return None if stop is None else _FINISH_REASONS.get(stop, "stop")
 
 
 def _bad(message: str, param: str) -> BadRequest:
@@ -297,22 +282,3 @@ def message_of(reply: Mapping[str, Any], model: str, message_id: str) -> dict[st
         "usage": usage_of(reply.get("usage")),
     }
 
-
-def chat_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A native Messages answer → the chat assistant message that the validator and feedback read."""
-    texts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for block in message.get("content") or ():
-        if not isinstance(block, dict):
-            continue
-        if block.get("type") == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif block.get("type") == "tool_use":
-            raw = block.get("input", {})
-            arguments = raw if isinstance(raw, str) else orjson.dumps(raw).decode()
-            calls.append({"id": str(block.get("id", "")), "type": "function",
-                          "function": {"name": str(block.get("name", "")), "arguments": arguments}})  # fmt: skip
-    out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
-    if calls:
-        out["tool_calls"] = calls
-    return out

@@ -159,7 +159,7 @@ class Verify(Strict):
 
     kind: Literal["judge", "agree", "logprobs", "score"] = Field(
         description="judge: a tier answers accept/reject; agree: n samples must agree; logprobs: token confidence; "
-        "score: a tier's log-probability of the call given the prompt (one prefill, router/scoring.py)"
+        "score: a tier's log-probability of the call given the prompt (one prefill, router/core/scoring.py)"
     )
     tier: str | None = Field(
         default=None, description="judge, score: the judging / scoring tier (default: the escalation tier)"
@@ -178,7 +178,7 @@ class Verify(Strict):
 class Shadow(Strict):
     """Also send a share of this route's answered calls to a reference tier, in the background (the
     client never waits), have a judge compare the two answers, and keep the redacted sample for
-    `agent-router qa` and the stats' `shadow` key (router/shadow.py). Calls answered by the
+    `agent-router qa` and the stats' `shadow` key (router/core/shadow.py). Calls answered by the
     reference tier itself are not shadowed."""
 
     rate: float = Field(default=0.05, ge=0, le=1, description="share of answered calls shadowed")
@@ -276,7 +276,7 @@ class Policy(Strict):
     store_required: bool = Field(
         True, description="false: serve on (degraded, /readyz 503) when the store cannot be used at start"
     )
-    lanes: dict[str, Lane] = Field(default_factory=dict, description="lanes calls may ask for (router/lanes.py)")
+    lanes: dict[str, Lane] = Field(default_factory=dict, description="lanes calls may ask for (router/core/lanes.py)")
 
     @model_validator(mode="after")
     def _lanes_valid(self) -> Policy:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from watchfiles import Change, awatch
 
+from router.constants import POLICY_DEBOUNCE_MS
 from router.errors import redact
 from router.policy.loader import PolicyError, load_policy
 from router.policy.model import Policy
@@ -95,7 +96,7 @@ async def watch(
     on_change: OnChange | None = None,
     stop_event: asyncio.Event | None = None,
     *,
-    debounce_ms: int = 200,
+    debounce_ms: int = POLICY_DEBOUNCE_MS,
 ) -> None:
     """Reload `path` into `holder` whenever it changes, until `stop_event` is set or the task is cancelled.
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from router.errors import RouterError
 from router.responses.items import message_item, new_id, text_part
-from router.responses.tools import ToolMap, freeform_input
 from router.responses.translate import response_object
+from router.upstream.responses_tools import ToolMap, freeform_input
 
 Event = dict[str, Any]
 _ENVELOPE = frozenset({"response.created", "response.in_progress", "response.queued", "response.completed",
@@ -110,7 +110,7 @@ class EventBuilder:
         return out
 
     def feed_native(self, event: Mapping[str, Any], chunk: Mapping[str, Any]) -> list[Event]:
-        """A tier's own Responses event (pass-through, router/responses/native.py), forwarded with this
+        """A tier's own Responses event (pass-through, router/upstream/responses_view.py), forwarded with this
         response's sequence numbers and output indexes; `chunk` is its chat equivalent. The envelope
         (created, in_progress, completed) is this builder's own."""
         self.feed({k: v for k, v in chunk.items() if k != "choices"})  # model and usage

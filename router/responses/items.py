@@ -7,7 +7,7 @@
                                              function_call, custom_tool_call)
     assistant_message(output, tools)         output items → the chat message the history remembers
 
-Calls take the names a chat tier knows (router/responses/tools.py) on the way in and the client's
+Calls take the names a chat tier knows (router/upstream/responses_tools.py) on the way in and the client's
 names, namespaces and item types on the way out. What no chat message can hold is carried in the
 history as `{"role": CARRIED, "item": ...}` (tools of `additional_tools` items, item types unknown
 here: native tiers get them back, chat tiers never see them) or left out (content parts such as
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from router.errors import BadRequest
-from router.responses.tools import TOOL_ITEMS, ToolMap, freeform_arguments
+from router.upstream.responses_tools import TOOL_ITEMS, ToolMap, freeform_arguments
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})

@@ -6,7 +6,7 @@
     chat_body(request, history)   → (body, new messages), the same in short
     response_object(...)          the Response object the client is sent
 
-Items ↔ messages are in router/responses/items.py, tools in router/responses/tools.py.
+Items ↔ messages are in router/responses/items.py, tools in router/upstream/responses_tools.py.
 
 History is kept as chat messages without `instructions`: as in OpenAI's API, instructions of an
 earlier response are not carried to the next one; each request's own come first as a system message.
@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from router.call import FORBIDDEN_FIELDS
-from router.errors import BadRequest, ForbiddenField
-from router.responses.items import CARRIED, input_messages
-from router.responses.tools import ToolMap
+from router.core.call import refuse_forbidden
+from router.errors import BadRequest
+from router.responses.items import CARRIED, input_messages, items_of
 from router.upstream.base import token_count
+from router.upstream.responses_tools import ToolMap
 
 # Responses fields about the service, not the model: never sent upstream.
 _DROPPED = frozenset(
@@ -43,9 +43,7 @@ _UNSUPPORTED = ("conversation", "prompt")  # server-side objects this router doe
 # -- request ----------------------------------------------------------------------------------------
 def check_request(body: Mapping[str, Any]) -> None:
     """Shape checks a client should hear about as a 400 rather than as an upstream failure."""
-    for name in FORBIDDEN_FIELDS:
-        if name in body:
-            raise ForbiddenField(f"The field {name!r} is not accepted: upstreams are set by the policy.", param=name)
+    refuse_forbidden(body)
     for name in _UNSUPPORTED:
         if body.get(name) is not None:
             raise BadRequest(f"'{name}' is not supported by this router; send the input items.", param=name)
@@ -132,7 +130,7 @@ def check_tools(tools: Any) -> None:
 
 
 def chat_tools(tools: Any) -> list[dict[str, Any]]:
-    """Responses tools → the function tools a chat tier gets (see router/responses/tools.py)."""
+    """Responses tools → the function tools a chat tier gets (see router/upstream/responses_tools.py)."""
     check_tools(tools)
     return ToolMap.of(tools).chat_tools
 
@@ -220,3 +218,20 @@ def responses_usage(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": token_count(usage.get("total_tokens")) or prompt + completion,
     }
+
+
+_ROUTER_FIELDS = ("previous_response_id", "type", "generate")  # resolved or used by the router itself
+
+
+def native_body(
+    request: Mapping[str, Any], history: Sequence[Mapping[str, Any]], tools: ToolMap | None = None
+) -> dict[str, Any]:
+    """The request as a tier with `apis: [responses]` gets it: the router's chain written out as input
+    items (the tier never sees the router's response ids) and `store: false` (the router keeps the state)."""
+    body = {k: v for k, v in request.items() if k not in _ROUTER_FIELDS}
+    if history:
+        new = request.get("input")
+        new_items = [{"type": "message", "role": "user", "content": new}] if isinstance(new, str) else list(new or ())
+        body["input"] = [*items_of(history, tools), *new_items]
+    body["store"] = False
+    return body

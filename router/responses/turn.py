@@ -24,23 +24,23 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from router import pipeline
-from router.call import SESSION_HEADER, Call, session_of
+from router.api.headers import summary
+from router.core import pipeline
+from router.core.call import SESSION_HEADER, Call, session_of
+from router.core.escalation import Trace
+from router.core.response_state import ResponseCache, ResponseState, Stored, stored
 from router.errors import BadRequest, RouterError
-from router.escalation import Trace
 from router.policy.decide import features_of
 from router.policy.model import Policy
 from router.responses.events import Event, EventBuilder
 from router.responses.items import assistant_message, new_id, output_items
-from router.responses.native import native_body
-from router.responses.state import ResponseCache, ResponseState, Stored, stored
-from router.responses.tools import ToolMap
-from router.responses.translate import response_object, translate
+from router.responses.translate import native_body, response_object, translate
 from router.store.responses import StoreUnreachable
 from router.upstream.base import Chunk, Native
+from router.upstream.responses_tools import ToolMap
 
 if TYPE_CHECKING:
-    from router.app import Router
+    from router.runtime import Runtime
 
 log = logging.getLogger("router.responses")
 
@@ -113,9 +113,14 @@ def prepare(
 
 
 def left_out_headers(turn: Turn) -> dict[str, str]:
-    """`x-router-dropped-tools`: the types of the client's tools a chat tier was not offered."""
+    """`x-router-dropped-tools`: the types of the client's tools a chat tier was not offered (a
+    character no header value may hold — a control character, beyond Latin-1 — is escaped)."""
     tools = sorted({k.split(":", 1)[1] for k in turn.left_out if k.startswith("tool:")})
-    return {"x-router-dropped-tools": ", ".join(tools)} if tools else {}
+    return {"x-router-dropped-tools": _header_safe(", ".join(tools))} if tools else {}
+
+
+def _header_safe(text: str) -> str:
+    return "".join(c if c.isprintable() and ord(c) < 256 else c.encode("unicode_escape").decode() for c in text)
 
 
 def passes_through(policy: Policy) -> bool:
@@ -123,7 +128,7 @@ def passes_through(policy: Policy) -> bool:
     return any("responses" in tier.apis for tier in policy.models.values())
 
 
-async def complete(router: Router, turn: Turn, save: Save) -> tuple[Trace, dict[str, Any]]:
+async def complete(router: Runtime, turn: Turn, save: Save) -> tuple[Trace, dict[str, Any]]:
     trace, reply = await pipeline.complete(router, turn.call)
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
@@ -175,7 +180,7 @@ async def events(
     for ev in b.close():
         yield ev
     save(turn.remember(b.output))
-    yield b.final(router=orjson.loads(trace.summary()))
+    yield b.final(router=orjson.loads(summary(trace)))
 
 
 def warm_up(turn: Turn, save: Save) -> list[Event]:

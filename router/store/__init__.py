@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from router.constants import BUCKET_SECONDS
 from router.store.base import (
-    BUCKET_SECONDS,
     Event,
     RoutedCall,
     SeriesRow,
     Store,
-    StoreOptions,
     aggregate,
 )
+from router.store.options import StoreOptions
 
 __all__ = [
     "BUCKET_SECONDS",

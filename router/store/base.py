@@ -22,15 +22,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from router.constants import BUCKET_SECONDS, MAX_NAME_CHARS
+
 if TYPE_CHECKING:
     from router.store.responses import Outcome, ResponseChain, ResponseRecord
-
-BUCKET_SECONDS = 60
 
 CounterKey = tuple[str, str, str, str]  # (tier, route, tool, kind)
 BucketKey = tuple[int, str, str, str, str]  # (bucket start, tier, route, tool, kind)
 SeriesRow = tuple[float, str, str, str, str, int]  # (bucket start, tier, route, tool, kind, count)
-MAX_NAME_CHARS = 200  # tier/route/tool/kind names are cut here: a model can invent any tool name
 
 
 def bucket_of(ts: float, size: int = BUCKET_SECONDS) -> int:
@@ -61,43 +60,8 @@ def rebucket(rows: Iterable[tuple[int, str, str, str, str, int]], bucket: int) -
     return [(float(k[0]), k[1], k[2], k[3], k[4], n) for k, n in sorted(out.items()) if n]
 
 
-@dataclass(frozen=True, slots=True)
-class StoreOptions:
-    """Bounds shared by every store; each one is a memory (or disk) ceiling, not a tuning knob."""
-
-    session_ttl: float = 24 * 3600.0  # sticky / routed state of a session expires after this idle time
-    max_routed_per_session: int = 256  # most recent routed tool calls remembered per session
-    retention: float = 8 * 24 * 3600.0  # time buckets older than this are dropped (all-time totals stay)
-    max_sessions: int = 100_000  # MemoryStore only: least recently used sessions are evicted beyond it
-    max_pending: int = 100_000  # distinct buffered counter keys before new ones are dropped (and counted)
-    flush_interval: float = 0.5  # seconds between background flushes
-    flush_events: int = 5_000  # a flush starts early once this many events are queued
-    # -- shadow samples (router/store/samples.py) --
-    max_samples_per_route: int = 500  # newest shadow/QA samples kept per route; older ones are deleted
-    sample_max_age: float = 7 * 24 * 3600.0  # samples older than this (seconds) are deleted
-    # -- response state (router/store/responses.py) --
-    responses_ttl: float = 24 * 3600.0  # a stored response resolves this long after its chain's last write
-    responses_max_entry_bytes: int = 4 * 1024 * 1024  # an entry bigger than this, as stored, is not stored
-    responses_max_rows: int = 100_000  # SQLite and memory: entries kept (the soonest to expire go first)
-    responses_checkpoint_every: int = 32  # every N-th entry of a chain holds its whole history: reads per lookup
-
-    def __post_init__(self) -> None:
-        for name in ("session_ttl", "retention", "flush_interval"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"store option {name} must be > 0")
-        for name in ("max_routed_per_session", "max_sessions", "max_pending", "flush_events"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"store option {name} must be >= 1")
-        if self.max_samples_per_route < 1 or self.sample_max_age <= 0:  # shadow samples
-            raise ValueError("store options max_samples_per_route must be >= 1 and sample_max_age > 0")
-        if self.responses_ttl <= 0 or min(self.responses_max_entry_bytes, self.responses_max_rows) < 1:
-            raise ValueError("store options responses_ttl must be > 0, responses_max_* >= 1")  # response state
-        if self.responses_checkpoint_every < 1:
-            raise ValueError("store option responses_checkpoint_every must be >= 1")
-
-
 def store_info(backend: str, *, pending: int = 0, dropped: int = 0, healthy: bool = True) -> dict[str, Any]:
-    """The `"store"` key every `stats()` adds next to the DESIGN.md counters."""
+    """The `"store"` key every `stats()` adds next to the counters."""
     return {"backend": backend, "pending": pending, "dropped": dropped, "healthy": healthy}
 
 
@@ -146,12 +110,12 @@ ESCALATED = "escalated"
 # Not a kind either: counts a call (and each tool it fumbled) once when it had any mistake, however
 # many kinds; `mistake_rate` in stats is these over calls.
 MISTAKEN = "mistaken"
-# Not a mistake either: an answer whose tool call, written as text, was made structured (router/salvage.py).
+# Not a mistake either: an answer whose tool call, written as text, was made structured (router/core/salvage.py).
 SALVAGED = "salvaged"
 
 # -- shadow samples -------------------------------------------------------------------------------
 # Not mistakes nor answers either: the outcome of one shadow comparison of a route's answer
-# (router/shadow.py), counted per route under the `"shadow"` key of stats.
+# (router/core/shadow.py), counted per route under the `"shadow"` key of stats.
 SHADOW_PREFIX = "shadow_"
 SHADOW_AGREE, SHADOW_DISAGREE, SHADOW_UNSURE, SHADOW_ERROR = (
     f"{SHADOW_PREFIX}{o}" for o in ("agree", "disagree", "unsure", "error")
@@ -180,7 +144,7 @@ def shadow_json(outcomes: dict[str, int]) -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One call of a route kept for quality checks (shadow mode, `agent-router qa`): the request and
-    answers are redacted before they are stored (router/shadow.py)."""
+    answers are redacted before they are stored (router/core/shadow.py)."""
 
     route: str
     tier: str  # the tier whose answer the client got
@@ -196,7 +160,7 @@ class Sample:
 # -- end of shadow samples ------------------------------------------------------------------------
 
 
-# Not mistakes either: calls that asked for a lane, by outcome (router/lanes.py); `route` holds the lane.
+# Not mistakes either: calls that asked for a lane, by outcome (router/core/lanes.py); `route` holds the lane.
 LANE_PREFIX = "lane_"
 LANE_OUTCOMES = ("served", "standard", "capped", "refused", "busy")
 
@@ -207,7 +171,7 @@ def counted_apart(kind: str) -> bool:
 
 
 def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
-    """(tier, route, tool, kind, count) rows → the stats shape of DESIGN.md."""
+    """(tier, route, tool, kind, count) rows → the stats shape (`GET /v1/router/stats`)."""
     tiers: dict[str, Counts] = {}
     routes: dict[str, Counts] = {}
     tools: dict[str, dict[str, Counts]] = {}
@@ -268,7 +232,7 @@ class Store(Protocol):
         """Write everything queued so far (tests and shutdown)."""
 
     async def stats(self, window_seconds: float | None = None) -> dict[str, Any]:
-        """Counters in the DESIGN.md shape, over the last `window_seconds` (whole buckets) or all
+        """Counters in the stats shape, over the last `window_seconds` (whole buckets) or all
         time, plus `"store": {"backend", "pending", "dropped", "healthy"}`. Never raises: when the
         backend is unreachable the counters are empty and `healthy` is false."""
 

@@ -23,12 +23,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from router.store.base import BucketKey, Event, StoreOptions, bucket_key, store_info
+from router.constants import BATCH_KEYS, HOUSEKEEP_SECONDS
+from router.store.base import BucketKey, Event, bucket_key, store_info
+from router.store.options import StoreOptions
 
 log = logging.getLogger("router.store")
 
-BATCH_KEYS = 2_000  # keys per write: keeps each transaction short for whoever waits behind it
-HOUSEKEEP_SECONDS = 60.0
 
 
 class Batch:

@@ -14,15 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from router.constants import BUCKET_SECONDS
 from router.store import responses
 from router.store.base import (
-    BUCKET_SECONDS,
     CounterKey,
     Event,
     RoutedCall,
     Sample,
     SeriesRow,
-    StoreOptions,
     aggregate,
     bucket_key,
     bucket_of,
@@ -30,6 +29,7 @@ from router.store.base import (
     store_info,
     window_start,
 )
+from router.store.options import StoreOptions
 from router.store.responses import MemoryTable, Outcome, ResponseChain, ResponseRecord
 from router.store.samples import MemorySamples
 

@@ -37,14 +37,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from router.constants import BUCKET_SECONDS
 from router.store import responses, samples
 from router.store.base import (
-    BUCKET_SECONDS,
     CounterKey,
     RoutedCall,
     Sample,
     SeriesRow,
-    StoreOptions,
     aggregate,
     bucket_of,
     rebucket,
@@ -52,6 +51,7 @@ from router.store.base import (
 )
 from router.store.buffer import Batch, BufferedStore
 from router.store.coalesce import Coalescer
+from router.store.options import StoreOptions
 from router.store.responses import Outcome, ResponseChain, ResponseRecord, StoreUnreachable
 from router.store.urls import redact_url, url_secrets
 

@@ -1,5 +1,5 @@
 """Response state in the store: what `previous_response_id` resolves to on a new connection, on
-another replica, or after a restart. router/responses/state.py keeps the caches in front of it.
+another replica, or after a restart. router/core/response_state.py keeps the caches in front of it.
 
     responses_put(records)   write in order (off the request path); an outcome per record, never raises
     responses_get(id)        the chain's messages and session; None when unknown or expired;
@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 
-from router.store.base import StoreOptions
+from router.constants import COMPRESS_FROM, DECODE_INLINE, MAX_ID_CHARS
+from router.store.options import StoreOptions
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -57,10 +58,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("router.store")
 
 Outcome = Literal["stored", "too_big", "failed"]
-COMPRESS_FROM = 512  # bytes of JSON; below it zlib saves little
-MAX_ID_CHARS = 128  # the ids this router makes have 37; a longer one cannot be known
-DECODE_INLINE = 64 * 1024  # a lookup decodes bigger chains on a worker thread
-LOOKUP_SECONDS = 1.0  # SQLite: a lookup waiting longer (the writer thread is stuck) counts as unreachable
 
 
 class StoreUnreachable(Exception):

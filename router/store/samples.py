@@ -6,7 +6,7 @@
     samples_get(route, limit)     newest first
     samples_routes()              routes with samples
 
-What a sample holds was redacted before it got here (router/shadow.py); stores only keep it.
+What a sample holds was redacted before it got here (router/core/shadow.py); stores only keep it.
 
 Backends
   memory   `MemorySamples`: per route a dict id → sample, pruned on every put and get.
@@ -27,7 +27,8 @@ import time
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, cast
 
-from router.store.base import Sample, StoreOptions
+from router.store.base import Sample
+from router.store.options import StoreOptions
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

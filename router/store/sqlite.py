@@ -27,12 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from router.constants import BUCKET_SECONDS, LOOKUP_SECONDS
 from router.store import responses, samples
 from router.store.base import (
-    BUCKET_SECONDS,
     Sample,
     SeriesRow,
-    StoreOptions,
     aggregate,
     bucket_of,
     rebucket,
@@ -40,6 +39,7 @@ from router.store.base import (
 )
 from router.store.buffer import Batch, BufferedStore
 from router.store.memory import Sessions
+from router.store.options import StoreOptions
 from router.store.responses import Outcome, ResponseChain, ResponseRecord, StoreUnreachable
 
 log = logging.getLogger("router.store")
@@ -238,7 +238,7 @@ class SqliteStore(Sessions, BufferedStore):
 
     async def responses_get(self, response_id: str) -> ResponseChain | None:
         try:
-            async with asyncio.timeout(responses.LOOKUP_SECONDS):
+            async with asyncio.timeout(LOOKUP_SECONDS):
                 return await self._run(lambda: responses.sqlite_get(self._responses_db(), response_id, self.options))
         except (sqlite3.Error, OSError, TimeoutError) as exc:
             log.warning("sqlite store: a response lookup failed (%s)", self._describe(exc))

@@ -1,15 +1,22 @@
 """Upstream tiers: build one client per tier, keep them across policy reloads when unchanged, and
-keep their connections warm while idle (`keep_warm` on pooled tiers)."""
+keep their connections warm while idle (`keep_warm` on pooled tiers).
+
+`serving(objects)` is the in-process seam: tiers named in `objects` are served by those objects
+(anything satisfying the `Upstream` protocol: a scripted tier in a test, a model in the same
+process), the others as the policy says (`create_app(settings, upstreams=objects)`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 
+from router.constants import RETIRE_GRACE
 from router.policy.model import Policy, Tier
 from router.upstream.base import Chunk, Limits, Reply, Upstream
 
-__all__ = ["Chunk", "Limits", "Reply", "Upstream", "Upstreams", "build_upstream"]
+__all__ = ["Build", "Chunk", "Limits", "Reply", "Upstream", "Upstreams", "build_upstream", "serving"]
 
 log = logging.getLogger("router.upstream")
 
@@ -28,10 +35,24 @@ def build_upstream(name: str, tier: Tier, limits: Limits | None = None) -> Upstr
     return LitellmUpstream(name, tier)
 
 
+Build = Callable[[str, Tier, Limits | None], Upstream]
+
+
+def serving(objects: Mapping[str, Upstream]) -> Build:
+    """Build tiers named in `objects` as those objects, the others from the policy (`build_upstream`)."""
+
+    def build(name: str, tier: Tier, limits: Limits | None) -> Upstream:
+        given = objects.get(name)
+        return given if given is not None else build_upstream(name, tier, limits)
+
+    return build
+
+
 class Upstreams:
     """tier name → started upstream client. `apply()` swaps in a new policy's tiers."""
 
-    def __init__(self, warm: bool = True, limits: Limits | None = None) -> None:
+    def __init__(self, warm: bool = True, limits: Limits | None = None, build: Build = build_upstream) -> None:
+        self._build = build
         self._warm = warm
         self._limits = limits  # what a pooled tier may send (router/upstream/http.py)
         self._clients: dict[str, Upstream] = {}
@@ -47,7 +68,7 @@ class Upstreams:
         """Start clients for new or changed tiers, close those that went away or changed."""
         stale = [n for n, cfg in self._configs.items() if policy.models.get(n) != cfg]
         fresh = {n: t for n, t in policy.models.items() if self._configs.get(n) != t}
-        started = {name: build_upstream(name, tier, self._limits) for name, tier in fresh.items()}
+        started = {name: self._build(name, tier, self._limits) for name, tier in fresh.items()}
         await asyncio.gather(*(c.start(warm=self._warm) for c in started.values()))
         old = [self._clients[n] for n in stale]
         for name in stale:
@@ -67,7 +88,7 @@ class Upstreams:
         if fresh:
             log.info("upstream tiers ready: %s", ", ".join(sorted(fresh)))
 
-    async def _retire(self, clients: list[Upstream], grace: float = 30.0) -> None:
+    async def _retire(self, clients: list[Upstream], grace: float = RETIRE_GRACE) -> None:
         await asyncio.sleep(grace)
         for c in clients:
             self._retired.remove(c)

@@ -19,11 +19,11 @@ from typing import Any
 import orjson
 
 from router.errors import UpstreamError, upstream_text
-from router.messages.translate import chat_message, finish_reason
 from router.policy.model import Tier
 from router.upstream.base import Chunk, Limits, Native, Reply, native_event
 from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
+from router.upstream.messages_view import chat_message, finish_reason
 
 ANTHROPIC_API = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"

@@ -3,10 +3,10 @@
     Upstream.complete(body, deadline) -> Reply      # a whole chat.completion
     Upstream.stream(body, deadline)   -> Chunks     # chat.completion.chunk dicts, in order
 
-A tier that also speaks a client's own API (`dialects`, e.g. "messages" for `anthropic/*` tiers)
-takes that request unchanged through `complete_native` / `stream_native`: its replies and chunks
-carry the native answer in `native` for the transport, and its chat-completions equivalent in `data`
-for the checks.
+A tier that also speaks a client's own API (its `dialects`, e.g. "messages" for `anthropic/*` tiers)
+is a `NativeUpstream` (`speaks(upstream, dialect)`): it takes that request unchanged through
+`complete_native` / `stream_native`, and its replies and chunks carry the native answer in `native`
+for the transport, and its chat-completions equivalent in `data` for the checks.
 
 Failures raise `router.errors.UpstreamError` (or its `UpstreamTimeout` / `UpstreamStatus`),
 whose `.mistake` names the mistake kind to record. Nothing an upstream raises carries its key.
@@ -16,19 +16,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import orjson
 
 from router.errors import UpstreamError
+from router.settings import default
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Bounds on what a tier may send (router/settings.py); `tripped(limit)` counts each one hit."""
 
-    max_body_bytes: int = 16 * 1024 * 1024  # a JSON answer, or one SSE event
-    max_answer_chars: int = 4 * 1024 * 1024  # text + tool-call names and arguments of one stream
+    max_body_bytes: int = default("upstream_max_body_bytes")  # a JSON answer, or one SSE event
+    max_answer_chars: int = default("upstream_max_answer_chars")  # text + tool-call names and arguments of a stream
     tripped: Callable[[str], None] = lambda limit: None
 
 
@@ -47,8 +48,15 @@ class Chunk:
     native: dict[str, Any] | None = None  # the upstream's event in the client's own API (pass-through)
 
 
+class Tiers(Protocol):
+    """Tier name → its client (`router.upstream.Upstreams`, or any mapping)."""
+
+    def __getitem__(self, tier: str, /) -> Upstream: ...
+
+
 class Upstream(Protocol):
     tier: str
+    dialects: frozenset[str]  # client APIs it also speaks as they are (a `NativeUpstream`); mostly none
 
     async def start(self, warm: bool = True) -> None: ...
 
@@ -66,6 +74,18 @@ class Native:
     dialect: str  # "messages"
     body: dict[str, Any]
     headers: dict[str, str]  # the client's headers of that API worth forwarding (e.g. anthropic-beta)
+
+
+class NativeUpstream(Upstream, Protocol):
+    """A tier that takes requests of its `dialects` as they are."""
+
+    async def complete_native(self, native: Native, deadline: float) -> Reply: ...
+
+    def stream_native(self, native: Native, deadline: float) -> AsyncIterator[Chunk]: ...
+
+
+def speaks(upstream: Upstream, dialect: str) -> TypeGuard[NativeUpstream]:
+    return dialect in upstream.dialects
 
 
 def token_count(value: Any) -> int:

@@ -33,6 +33,8 @@ _CLIENT_FIELDS = frozenset(
 
 
 class LitellmUpstream:
+    dialects: frozenset[str] = frozenset()  # every request goes through litellm's translation
+
     def __init__(self, tier: str, config: Tier) -> None:
         self.tier = tier
         self.config = config

@@ -1,7 +1,7 @@
 """OpenAI-compatible tiers (llama.cpp, vLLM, Ollama, SGLang, OpenAI): a pooled aiohttp pass-through.
 
 A tier with `apis: [responses]` also takes Responses calls as they are (`complete_native` /
-`stream_native`, POST {api_base}/responses); router/responses/native.py has what that needs.
+`stream_native`, POST {api_base}/responses); router/upstream/responses_view.py has what that needs.
 
 One `aiohttp.ClientSession` per tier, keep-alive connections opened at start-up, bodies encoded
 once with orjson (the pool, warm-up and SSE reader are `PooledHTTP`'s, in http.py). Timeouts:
@@ -19,10 +19,10 @@ import orjson
 
 from router.errors import UpstreamError, upstream_text
 from router.policy.model import Tier
-from router.responses.native import ChatView, completion_of
-from router.responses.tools import ToolMap
 from router.upstream.base import Chunk, Limits, Native, Reply
 from router.upstream.http import PooledHTTP
+from router.upstream.responses_tools import ToolMap
+from router.upstream.responses_view import ChatView, completion_of
 
 log = logging.getLogger("router.upstream")
 
@@ -33,7 +33,7 @@ class OpenAICompatUpstream(PooledHTTP):
         base = config.api_base.rstrip("/") if config.api_base else ""
         self.url, self.warm_url = base + "/chat/completions", base + "/models"
         self.responses_url = base + "/responses"
-        self.dialects = frozenset(config.apis)  # client APIs passed through (`complete_native`)
+        self.dialects: frozenset[str] = frozenset(config.apis)  # client APIs passed through (`complete_native`)
         self._headers["accept"] = "application/json, text/event-stream"
         if self._key:
             self._headers["authorization"] = f"Bearer {self._key}"
@@ -77,7 +77,7 @@ class OpenAICompatUpstream(PooledHTTP):
         return orjson.dumps(body)
 
     async def complete_native(self, native: Native, deadline: float) -> Reply:
-        """A Responses request, passed through (router/responses/native.py)."""
+        """A Responses request, passed through (router/upstream/responses_view.py)."""
         tools = ToolMap.of_request(native.body)
         payload = self._native_payload(native, False)
         return await self.post_json(

@@ -24,8 +24,8 @@ import pytest
 import uvicorn
 
 from router.app import create_app
+from router.fake import FakeConfig, FakeServer
 from router.settings import Settings
-from router.upstream.fake import FakeConfig, FakeServer
 from tests.api.helpers import fake_requests
 from tests.conftest import free_socket, policy_text
 

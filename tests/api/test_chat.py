@@ -1,6 +1,6 @@
 """POST /v1/chat/completions end to end: pass-through fidelity, SSE, routing, headers, models, health.
 
-Real servers: the proxy (uvicorn) in front of fake upstreams (router/upstream/fake.py); the client is
+Real servers: the proxy (uvicorn) in front of fake upstreams (router/fake/server.py); the client is
 the official openai SDK, raw HTTP (aiohttp) where bytes matter.
 """
 
@@ -13,7 +13,7 @@ import openai
 import orjson
 import pytest
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import (
     READ_FILE,
     TOOLS,

@@ -14,7 +14,7 @@ import openai
 import orjson
 import pytest
 
-from router.upstream.fake import FakeConfig, FakeServer
+from router.fake import FakeConfig, FakeServer
 from tests.api.helpers import (
     BAD_KINDS,
     TOOLS,
@@ -266,12 +266,12 @@ SHAPE = ("calls", "mistakes", "mistake_rate")
 
 
 def _shape(c: dict[str, Any]) -> dict[str, Any]:
-    assert set(SHAPE) <= set(c), c  # more keys may be added; these stay (DESIGN.md)
+    assert set(SHAPE) <= set(c), c  # more keys may be added; these stay (the published stats shape)
     return {k: c[k] for k in SHAPE}
 
 
 async def stats_of(proxy: Proxy) -> dict[str, Any]:
-    """/v1/router/stats reduced to the keys DESIGN.md promises."""
+    """/v1/router/stats reduced to the keys the stats promise."""
     raw = await get(proxy.url + "/router/stats")
     assert raw.status == 200
     data = raw.json()

@@ -8,7 +8,7 @@ from typing import Any
 import openai
 import pytest
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import TOOLS, get
 from tests.conftest import Proxy, policy_text
 

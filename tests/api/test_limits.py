@@ -10,7 +10,7 @@ import openai
 import orjson
 import pytest
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import USER, assert_error_body, fake_requests, get, post
 from tests.conftest import policy_text
 

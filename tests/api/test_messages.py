@@ -10,7 +10,7 @@ import anthropic
 import orjson
 import pytest
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import fake_requests, post
 from tests.conftest import policy_text
 

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import TOOLS, USER, assert_valid_weather_call, client, fake_requests, get, post, trailer
 from tests.conftest import policy_text, serve_app, upstream_app
 

@@ -21,7 +21,7 @@ import httpx
 import orjson
 import pytest
 
-from router.upstream.fake import FakeConfig, FakeServer
+from router.fake import FakeConfig, FakeServer
 from tests.api.helpers import get
 from tests.conftest import Proxy, policy_text
 

@@ -1,5 +1,5 @@
 """The full tier as `agent-router up` serves it: Qwen2.5-Coder-1.5B-Instruct, reassembled from its
-pinned PyPI wheels (router/models.py), behind policies/local.yaml as shipped.
+pinned PyPI wheels (router/tools/models.py), behind policies/local.yaml as shipped.
 
 The rest of the e2e suite runs Gemma 3 270M in both tiers for speed (a 1.5B answer takes seconds
 to minutes on a shared 2-core machine); these few checks are what is specific to the real full
@@ -15,8 +15,8 @@ import openai
 import orjson
 import pytest
 
-from router.llama import ChildFailed, LlamaServer, full_server
-from router.models import QWEN25_CODER_1_5B, ensure
+from router.tools.llama import ChildFailed, LlamaServer, full_server
+from router.tools.models import QWEN25_CODER_1_5B, ensure
 from tests.conftest import Proxy
 from tests.e2e.conftest import LOCAL_POLICY, N_CTX, READY_TIMEOUT, Llama
 
@@ -112,11 +112,11 @@ async def test_full_streams_a_tool_call_too(real_tiers: openai.AsyncOpenAI) -> N
 
 
 def test_the_scoring_prompt_is_what_the_models_template_renders() -> None:
-    """router/scoring.py writes Qwen's prompt itself: it must be the GGUF template's, byte for byte."""
+    """router/core/scoring.py writes Qwen's prompt itself: it must be the GGUF template's, byte for byte."""
     from llama_cpp import Llama
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-    from router.scoring import chatml_prompt
+    from router.core.scoring import chatml_prompt
 
     vocab = Llama(str(ensure(QWEN25_CODER_1_5B, show_progress=False)), vocab_only=True, verbose=False)
     template = Jinja2ChatFormatter(vocab.metadata["tokenizer.chat_template"], eos_token="<|im_end|>", bos_token="")

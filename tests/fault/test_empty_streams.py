@@ -12,7 +12,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import TOOLS, USER, assert_error_body, post, sse, trailer
 from tests.conftest import policy_text, serve_app, upstream_app
 

@@ -14,9 +14,9 @@ import aiohttp
 import orjson
 import pytest
 
-from router.streaming import Gate
+from router.core.streaming import Gate
+from router.fake import FakeConfig
 from router.upstream.base import Chunk
-from router.upstream.fake import FakeConfig
 from tests.api.helpers import TOOLS, USER, assert_error_body, post, sse, trailer
 from tests.conftest import policy_text
 

@@ -64,7 +64,8 @@ import pytest
 import websockets
 from aiohttp import web
 
-from router.upstream.fake import STATE, FakeConfig, create_fake_app
+from router.fake import FakeConfig, create_fake_app
+from router.fake.server import STATE
 from tests.api.helpers import ERROR_KEYS, Raw, assert_error_body, post, sse, trailer
 from tests.conftest import Proxy
 

@@ -21,7 +21,7 @@ import httpx
 import jsonschema
 import openai
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import WEATHER
 from tests.conftest import policy_text
 

@@ -24,7 +24,7 @@ import aiohttp
 import orjson
 import websockets
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import USER
 from tests.conftest import free_socket, policy_text
 

@@ -10,7 +10,7 @@ import openai
 import orjson
 import pytest
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import assert_valid_weather_call, fake_requests, get, post, sse
 from tests.conftest import policy_text
 from tests.responses.conftest import CALL_ITEM, TEXT_ITEM, TOOLS, WEATHER, assert_order, fake_stats
@@ -181,6 +181,19 @@ async def test_hosted_tools_and_unknown_items_are_left_out_for_chat_tiers(fake, 
     metrics = (await get(proxy.base + "/metrics")).body.decode()
     assert 'router_left_out_total{api="responses",part="tool",type="web_search"} 1.0' in metrics
     assert 'router_left_out_total{api="responses",part="item",type="item_reference"} 1.0' in metrics
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_tool_type_no_header_can_hold_is_named_escaped(fake, proxy_, stream: bool) -> None:
+    """A tool type with a line break (or beyond Latin-1) is still named in x-router-dropped-tools,
+    escaped: the answer is sent, and nothing stays in flight."""
+    proxy = await proxy_(policy_text(fake.url, extra=ESCALATE))
+    body = {"model": "auto", "input": "hi", "tools": [{"type": "a\nb"}, {"type": "\u2603"}], "stream": stream}
+    async with aiohttp.ClientSession() as s, s.post(proxy.url + "/responses", json=body) as r:
+        await r.read()
+        assert r.status == 200
+        assert r.headers["x-router-dropped-tools"] == "a\\nb, \\u2603"
+    assert proxy.router.inflight == 0
 
 
 async def test_unauthorized(fake, proxy_, sdk) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import assert_valid_weather_call, fake_requests, post
 from tests.conftest import policy_text
 from tests.responses.conftest import CALL_ITEM, TEXT_ITEM, TOOLS, assert_order, recv_response

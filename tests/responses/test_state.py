@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from router.upstream.fake import FakeServer
+from router.fake import FakeServer
 from tests.api.helpers import fake_requests
 from tests.conftest import Proxy, policy_text
 from tests.responses.conftest import TOOLS, recv_response

@@ -8,14 +8,14 @@ from typing import Any
 import orjson
 import pytest
 
+from router.core.response_state import ResponseCache, ResponseState, stored
 from router.errors import BadRequest, ForbiddenField
 from router.responses.events import EventBuilder
 from router.responses.items import CARRIED, assistant_message, input_messages, items_of, output_items
-from router.responses.native import ChatView, completion_of
-from router.responses.state import ResponseCache, ResponseState, stored
-from router.responses.tools import Offered, ToolMap
 from router.responses.translate import chat_body, chat_tool_choice, chat_tools, translate
 from router.responses.turn import PreviousResponseNotFound, prepare, previous
+from router.upstream.responses_tools import Offered, ToolMap
+from router.upstream.responses_view import ChatView, completion_of
 from tests.responses.conftest import CALL_ITEM, TEXT_ITEM, WEATHER, assert_order
 
 LOOP_ITEMS: list[dict[str, Any]] = [

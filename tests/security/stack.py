@@ -28,10 +28,11 @@ import pytest
 import uvicorn
 from starlette.applications import Starlette
 
-from router.app import Router, create_app
+from router.app import create_app
 from router.connections import server_options
+from router.fake import FakeConfig, FakeServer, start_fake
+from router.runtime import Runtime
 from router.settings import Settings
-from router.upstream.fake import FakeConfig, FakeServer, start_fake
 from tests.conftest import free_socket, needs_litellm, policy_text
 
 T = TypeVar("T")
@@ -61,7 +62,7 @@ class Stack:
         self.url = ""
         self.fast_url = ""
         self.full_url = ""
-        self.router: Router | None = None
+        self.router: Runtime | None = None
         self.app: Starlette | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -88,7 +89,7 @@ class Stack:
         self._thread.join(20)
         self._dir.cleanup()
 
-    def call(self, fn: Callable[[Router], Awaitable[T]], timeout: float = 10) -> T:
+    def call(self, fn: Callable[[Runtime], Awaitable[T]], timeout: float = 10) -> T:
         """Run `fn(router)` on the stack's loop and return its result."""
         assert self._loop is not None and self.router is not None
         router = self.router
@@ -99,7 +100,7 @@ class Stack:
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
 
     def inflight(self) -> int:
-        async def read(router: Router) -> int:
+        async def read(router: Runtime) -> int:
             return router.inflight
 
         return self.call(read)

@@ -42,8 +42,8 @@ from hypothesis.errors import InvalidArgument
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from router.call import MAX_DEPTH
-from router.upstream.fake import FakeConfig
+from router.core.call import MAX_DEPTH
+from router.fake import FakeConfig
 from tests.security.stack import Stack
 
 BODY_CAP = 64 * 1024

@@ -39,8 +39,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from router.call import MAX_DEPTH
-from router.upstream.fake import FakeConfig
+from router.core.call import MAX_DEPTH
+from router.fake import FakeConfig
 from tests.security.messages_bodies import NATIVE_KEY, lane_headers, messages_bodies, messages_policy
 from tests.security.stack import Stack
 from tests.security.test_fuzz import FUZZ, deep_lists, depth_of, encoded, encodings

@@ -26,7 +26,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import Raw, get, post, with_key
 from tests.conftest import Proxy, policy_text, serve_app, upstream_app
 from tests.security.test_redaction import ECHO_KEY, ECHO_ROUTES, FAST_KEY, URL_PASS, attach

@@ -18,8 +18,8 @@ import orjson
 import pytest
 from aiohttp import web
 
+from router.fake import FakeConfig
 from router.policy.loader import PolicyError, parse_policy
-from router.upstream.fake import FakeConfig
 from tests.api.helpers import TOOLS, Raw, get, post, with_key
 from tests.conftest import Proxy, policy_text, serve_app, upstream_app
 

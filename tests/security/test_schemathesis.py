@@ -1,7 +1,7 @@
-"""schemathesis against a live proxy, from the test-only OpenAPI description in `openapi.yaml`.
+"""schemathesis against a live proxy, from the OpenAPI description it serves at /openapi.json.
 
-The proxy serves no OpenAPI document, so `tests/security/openapi.yaml` describes its HTTP surface
-(chat completions, Responses, Messages and count_tokens, models, stats, series, health) with request
+`router/api/openapi.yaml` describes its HTTP surface (chat completions, Responses, Messages and
+count_tokens, models, stats, series, health, the document itself) with request
 bodies typed only as far as the proxy checks them. schemathesis generates positive examples (valid
 per the description: the proxy must answer without a 5xx, in a listed status and content type,
 matching the response schema) and negative ones (invalid per the description: the proxy must refuse
@@ -12,7 +12,7 @@ proxy, in front of two fake upstreams, serves every example.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
+from importlib.resources import files
 from typing import Any
 
 import orjson
@@ -32,7 +32,7 @@ from starlette.routing import Route
 
 from tests.security.stack import Stack
 
-OPENAPI = Path(__file__).with_name("openapi.yaml")
+OPENAPI = files("router.api").joinpath("openapi.yaml")
 ERROR_KEYS = {"message", "type", "param", "code"}
 CHECKS = [
     not_a_server_error,
@@ -52,9 +52,9 @@ def stack() -> Iterator[Stack]:
 # The description, loaded once; requests go to the module's proxy (`base_url` on each call).
 # (schemathesis' pytest integration, `from_fixture`, does not run under pytest 9: its lazy loader
 # writes `node._nodeid`, which pytest 9 no longer has. Its Python API, `as_strategy`, is used instead.)
-SCHEMA = schemathesis.openapi.from_path(OPENAPI)
+SCHEMA = schemathesis.openapi.from_dict(yaml.safe_load(OPENAPI.read_text()))
 SCHEMA.config.update(request_timeout=20)
-EXAMPLES = {GenerationMode.POSITIVE: 200, GenerationMode.NEGATIVE: 150}  # 9 operations, 6 taking input
+EXAMPLES = {GenerationMode.POSITIVE: 200, GenerationMode.NEGATIVE: 150}  # 11 operations, 6 taking input
 
 
 def error_shape(response: Any, path: str) -> None:
@@ -105,14 +105,14 @@ def test_openapi(stack: Stack, mode: GenerationMode) -> None:
     paths = yaml.safe_load(OPENAPI.read_text())["paths"]
     expected = {f"{method.upper()} {path}" for path, methods in paths.items() for method in methods}
     if mode is GenerationMode.NEGATIVE:
-        expected -= {"GET /", "GET /healthz", "GET /readyz", "GET /v1/models"}
-    assert len(expected) == (10 if mode is GenerationMode.POSITIVE else 6)
+        expected -= {"GET /", "GET /healthz", "GET /readyz", "GET /v1/models", "GET /openapi.json"}
+    assert len(expected) == (11 if mode is GenerationMode.POSITIVE else 6)
     assert operations == expected, (sorted(expected - operations), seen)
     print(mode, dict(sorted(seen.items())))
 
 
 def test_the_description_covers_every_http_route(stack: Stack) -> None:
-    """A route added to the app without a line in openapi.yaml fails here (WebSocket and the
+    """A route added to the app without a line in router/api/openapi.yaml fails here (WebSocket and the
     unversioned aliases of the /v1 routes aside, and /metrics, which is Prometheus text)."""
     described = set(yaml.safe_load(OPENAPI.read_text())["paths"])
     assert stack.app is not None

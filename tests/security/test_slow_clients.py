@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import TOOLS, USER, post
 from tests.conftest import policy_text, upstream_app
 from tests.fault.test_hostile_upstream import tripped

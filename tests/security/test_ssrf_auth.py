@@ -33,9 +33,9 @@ from aiohttp import web
 from starlette.routing import Route, WebSocketRoute
 
 from router.app import create_app
-from router.call import FORBIDDEN_FIELDS
+from router.core.call import FORBIDDEN_FIELDS
+from router.fake import FakeConfig
 from router.settings import Settings
-from router.upstream.fake import FakeConfig
 from tests.api.helpers import ERROR_KEYS, Raw, assert_error_body, fake_requests, get, post, sse, with_key
 from tests.conftest import Proxy, policy_text, serve_app
 from tests.security.test_redaction import CANARIES, ECHO_KEY, ECHO_ROUTES, FAST_KEY, Seen, attach, echo_app
@@ -203,7 +203,7 @@ async def test_litellm_tier_takes_no_litellm_arguments_from_a_client(capture, pr
 
 # ------------------------------------------------------------------------------ client auth on every route
 
-PUBLIC = {"/", "/healthz", "/readyz", "/metrics"}  # probes, health and readiness checks, scrapes: no key (README)
+PUBLIC = {"/", "/healthz", "/readyz", "/metrics", "/openapi.json"}  # probes, health, scrapes, API description
 
 
 def app_routes(proxy: Proxy) -> tuple[list[tuple[str, str]], list[str]]:

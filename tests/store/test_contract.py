@@ -7,8 +7,9 @@ import time
 
 import pytest
 
+from router.constants import BUCKET_SECONDS
 from router.store import Event, RoutedCall
-from router.store.base import BUCKET_SECONDS, ESCALATED, MISTAKEN, SALVAGED, bucket_of
+from router.store.base import ESCALATED, MISTAKEN, SALVAGED, bucket_of
 from tests.store.conftest import StoreFactory
 
 pytestmark = pytest.mark.redis

@@ -26,8 +26,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
+from router.fake import FakeServer
 from router.store import open_store
-from router.upstream.fake import FakeServer
 from tests.conftest import policy_text
 from tests.store.conftest import free_port
 

@@ -8,7 +8,7 @@ import sys
 
 import openai
 
-from router.upstream.fake import FakeConfig
+from router.fake import FakeConfig
 from tests.api.helpers import TOOLS, fake_requests
 from tests.conftest import policy_text
 

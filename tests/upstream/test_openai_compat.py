@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 
 from router.errors import upstream_text
+from router.fake import FakeConfig
 from router.policy.model import Tier
-from router.upstream.fake import FakeConfig
 from router.upstream.openai_compat import OpenAICompatUpstream
 from tests.api.helpers import fake_requests, post
 from tests.conftest import policy_text

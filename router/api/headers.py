@@ -1,0 +1,44 @@
+"""What a client is told about its call's routing, on every transport: the `x-router-*` headers
+and the final decision as JSON (the `: router {json}` SSE trailer, `"router"` on Responses'
+`response.completed`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import orjson
+
+if TYPE_CHECKING:
+    from router.core.escalation import Trace
+
+
+def router_headers(trace: Trace) -> dict[str, str]:
+    return {
+        "x-router-tier": trace.tier,
+        "x-router-route": trace.route,
+        "x-router-escalated": "true" if trace.escalated else "false",
+        "x-router-mistakes": ",".join(trace.mistakes),
+        "x-router-repaired": "true" if trace.repaired else "false",
+        **({"x-router-exhausted": "true"} if trace.exhausted else {}),
+        "x-router-salvaged": "true" if trace.salvaged else "false",
+        "x-router-lane": trace.lane.name,
+        **({"x-router-verified": ",".join(trace.verdicts)} if trace.verdicts else {}),
+    }
+
+
+def summary(trace: Trace) -> bytes:
+    return orjson.dumps(
+        {
+            "tier": trace.tier,
+            "route": trace.route,
+            "reason": trace.decision.reason,
+            "escalated": trace.escalated,
+            "mistakes": trace.mistakes,
+            "tiers": trace.tried,
+            "repaired": trace.repaired,
+            "exhausted": trace.exhausted,
+            "salvaged": trace.salvaged,
+            "verified": trace.verdicts,
+            "lane": trace.lane.name,
+        }
+    )

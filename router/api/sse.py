@@ -1,0 +1,74 @@
+"""Server-sent events of a streamed answer, for every HTTP transport (chat, Messages, Responses).
+
+    framed(admission, trace, items, frame, fail=..., close=..., done=...)
+
+turns the pipeline's items (chunks, or a transport's events) into SSE bytes: `frame(item)` for
+each, items that arrived together (`Chunk.more`) in one write; an error after the first byte becomes
+`fail(error)`, and the stream ends with `close()`, the `: router {json}` comment (the call's final
+decision) and `done`. However it ends, the call's place in flight is released, the call counted, and
+`items` closed (an abandoned stream's upstream call ends at once).
+WebSocket mode sends events as messages instead (router/api/responses_ws.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+
+from router.api import Admission, observe
+from router.api.headers import summary
+from router.errors import RouterError
+
+if TYPE_CHECKING:
+    from router.core.escalation import Trace
+
+T = TypeVar("T")
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may buffer a stream
+
+
+def sse_frame(event: Mapping[str, Any]) -> bytes:
+    """One server-sent event named by its `type` (the Messages and Responses streams)."""
+    return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def _nothing() -> bytes:
+    return b""
+
+
+async def framed(
+    admission: Admission,
+    trace: Trace,
+    items: AsyncIterator[T],
+    frame: Callable[[T], bytes],
+    *,
+    fail: Callable[[RouterError], bytes] | None = None,
+    close: Callable[[], bytes] = _nothing,
+    done: bytes = b"",
+) -> AsyncIterator[bytes]:
+    """The SSE bytes of `items` (see the module's docstring); without `fail`, an error is raised."""
+    ttft = asyncio.get_running_loop().time() - trace.started
+    pending: list[bytes] = []  # frames of items that arrived together go out in one write
+    try:
+        try:
+            async for item in items:
+                pending.append(frame(item))
+                if not getattr(item, "more", False):
+                    yield b"".join(pending)
+                    pending.clear()
+        except RouterError as exc:
+            if fail is None:
+                raise
+            yield b"".join((*pending, fail(exc), b": router ", summary(trace), b"\n\n"))
+            return
+        yield b"".join((*pending, close(), b": router ", summary(trace), b"\n\n", done))
+    finally:
+        try:
+            if isinstance(items, AsyncGenerator):
+                await items.aclose()
+        finally:
+            admission.release()
+            observe(admission.router, trace, ttft)

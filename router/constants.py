@@ -1,0 +1,41 @@
+"""Internal constants: the bounds and timings of the running proxy that are not knobs, in one place.
+
+Each is a ceiling that keeps memory, time or a payload bounded, or a timing no deployment needs to
+change; its comment says why it has its value. Knobs a deployment may turn, and their defaults, are
+in router/settings.py (`AGENT_ROUTER_*`); what to route where is in the policy. Values that are facts
+of a format or library (orjson's nesting limit, the OpenAI tool-name length) stay next to their use.
+"""
+
+from __future__ import annotations
+
+# -- client requests ------------------------------------------------------------------------------
+MAX_DEPTH = 240  # nesting of a request body: orjson encodes 254 levels and the router adds a few (call.py)
+CUT_AT = 0.8  # share of `shutdown_grace` after which calls still open are ended (router/core/open_calls.py)
+
+# -- checks and judges (validate.py, verify.py, shadow.py) -----------------------------------------
+MAX_SCHEMAS = 512  # compiled tool schemas kept (LRU): a few agents' tool sets, each compiled once
+MAX_RULES = 64  # compiled text-call rule sets kept (LRU), one per distinct set of offered tools
+VERDICT_CACHE_ENTRIES = 4096  # judge verdicts kept by (call, context) hash (LRU): a repeated call is judged once
+JUDGE_TEXT_MAX = 1500  # characters of one message, answer or arguments shown to a judge: a short prompt
+JUDGE_CONTEXT_MESSAGES = 6  # last messages of a conversation a shadow judge sees
+PASS_SCORE = 70  # a shadow verdict with a score but no readable `pass` passes at this score or above
+
+# -- background work ------------------------------------------------------------------------------
+ADAPTIVE_INTERVAL = 2.0  # seconds between re-reads of the mistake rates adaptive routes follow
+POLICY_DEBOUNCE_MS = 200  # a policy file that changes again within this is read once (editors write twice)
+RETIRE_GRACE = 30.0  # seconds a replaced tier's client stays open for calls still using it
+
+# -- the store (router/store/) --------------------------------------------------------------------
+BUCKET_SECONDS = 60  # width of a time-series bucket: /v1/router/series resolution
+MAX_NAME_CHARS = 200  # tier/route/tool/kind names are cut here: a model can invent any tool name
+BATCH_KEYS = 2_000  # counter keys per store write: each transaction stays short for whoever waits behind it
+HOUSEKEEP_SECONDS = 60.0  # seconds between prunes of expired buckets, sessions and samples
+
+# -- response state (router/core/response_state.py, router/store/responses.py) ------------------------
+MAX_QUEUED = 4096  # responses waiting for the store; more are not written (and counted)
+WRITE_BATCH = 64  # responses per store write
+MISS_GRACE = 0.05  # seconds; a store miss is read once more after this (another replica's write in flight)
+COMPRESS_FROM = 512  # bytes of JSON from which a stored response is compressed; below, zlib saves little
+MAX_ID_CHARS = 128  # longest response id looked up: the router's own have 37, a longer one cannot be known
+DECODE_INLINE = 64 * 1024  # bytes of a chain decoded on the event loop; bigger ones on a worker thread
+LOOKUP_SECONDS = 1.0  # SQLite: a lookup waiting longer (its writer thread is stuck) counts as unreachable

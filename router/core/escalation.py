@@ -1,0 +1,228 @@
+"""One call's journey across tiers: which tier to try next, and what went wrong.
+
+The loop itself is tenacity's: `Trace.attempts()` retries while `Escalate` is raised. Every tier's
+answer is checked, the chain's last one's too. A `Trace` raises `Escalate` while another attempt is
+allowed (attempt count and deadline): the next attempt goes to a stronger tier, or — on the chain's
+last tier — to the same tier again, as a repair (`tool_choice` pinned to the tool the model meant)
+or a fresh sample. When no attempt is left, an answer whose mistakes the policy escalates on is
+never handed to the client: `ChecksFailed` (a retryable 502) is raised instead, unless the policy
+says `escalation.on_exhausted: deliver`.
+
+Backoff (exponential, with jitter) applies only when an upstream error sends the call back to the
+same tier; escalating to another tier or asking again after a mistake is immediate.
+
+A `Trace` decides; its `Record` (router/core/record.py) writes the events and counts down, and the
+transports tell the client (router/api/headers.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from tenacity.wait import wait_exponential_jitter
+
+from router.core.call import Call
+from router.core.escalate import Escalate
+from router.core.lanes import STANDARD_LANE, Choice
+from router.core.record import Record
+from router.core.validate import Mistake
+from router.core.verify import verify
+from router.errors import ChecksFailed, UpstreamError
+from router.policy.decide import Decision
+from router.policy.model import Policy
+
+if TYPE_CHECKING:
+    from router.runtime import Runtime
+
+
+log = logging.getLogger("router.escalation")
+
+
+# Mistakes where the model meant an offered tool: pinning tool_choice to it constrains the next try.
+_REPAIRABLE = frozenset({"invalid_json", "schema_violation", "text_tool_call", "missing_tool_call"})
+
+_backoff = wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.2)
+
+
+def _wait(state: RetryCallState) -> float:
+    exc = state.outcome.exception() if state.outcome else None
+    return _backoff(state) if isinstance(exc, Escalate) and exc.backoff else 0.0
+
+
+class Trace:
+    def __init__(
+        self, router: Runtime, call: Call, policy: Policy, decision: Decision, lane: Choice = STANDARD_LANE
+    ) -> None:
+        self.router = router
+        self.record = Record(router.store, router.metrics, router.background, call, decision.route)
+        self.lane = lane
+        self.call = call
+        self.policy = policy
+        self.decision = decision
+        self.route = decision.route
+        self.tier = decision.tier
+        self.tried: list[str] = []
+        self.mistakes: list[str] = []
+        self.repaired = False
+        self.exhausted = False  # every attempt failed the checks (and the answer was refused or delivered)
+        self.salvaged = False  # a call written as text was made structured (router/core/salvage.py)
+        self.verdicts: list[str] = []  # "kind:accept|reject|unsure" per verified answer
+        self._repair_tool: str | None = None
+        self._repaired_on: set[str] = set()  # tiers that had their one repair
+        self._route = next((r for r in policy.routes if r.name == decision.route), None)
+        loop = asyncio.get_running_loop()
+        self.started = loop.time()
+        self.deadline = self.started + policy.escalation.deadline
+
+    # -- the loop ---------------------------------------------------------------------------
+    def attempts(self) -> AsyncRetrying:
+        return AsyncRetrying(
+            retry=retry_if_exception_type(Escalate),
+            stop=stop_after_attempt(self.policy.escalation.max_attempts),
+            wait=self._wait,
+            reraise=True,
+        )
+
+    def _wait(self, state: RetryCallState) -> float:
+        """The backoff, never past the call's deadline (the next attempt then times out at once)."""
+        remaining = self.deadline - asyncio.get_running_loop().time()
+        return max(0.0, min(_wait(state), remaining))
+
+    def next_attempt(self) -> tuple[str, dict[str, Any]]:
+        """The tier and body of the next attempt: routed tier, repair on the same tier, or stronger."""
+        body = self.call.body
+        if self._repair_tool is not None:
+            body = {**body, "tool_choice": {"type": "function", "function": {"name": self._repair_tool}}}
+            self._repair_tool = None
+        elif self.tried:
+            last = self.tried[-1]
+            self.tier = self._stronger(last)
+            if self.tier != last:
+                self.record.escalated(last)
+        self.tried.append(self.tier)
+        spec = self._route.verify if self._route else None
+        if spec is not None and spec.kind == "logprobs" and self.verifiable(self.tier) and not self.call.stream:
+            body = {**body, "logprobs": True}
+        return self.tier, body
+
+    @property
+    def escalated(self) -> bool:
+        return any(t != self.decision.tier for t in self.tried)
+
+    def verifiable(self, tier: str) -> bool:
+        """A route's verifier judges this tier's calls: a stronger tier is there to answer instead."""
+        return self._stronger(tier) != tier
+
+    def _stronger(self, tier: str) -> str:
+        chain = self.policy.escalation.chain
+        if tier in chain:
+            i = chain.index(tier)
+            return chain[i + 1] if i + 1 < len(chain) else tier
+        return chain[0] if chain else tier
+
+    def _may_retry(self) -> bool:
+        return (
+            len(self.tried) < self.policy.escalation.max_attempts and asyncio.get_running_loop().time() < self.deadline
+        )
+
+    # -- verdicts -----------------------------------------------------------------------------
+    def judge(self, tier: str, message: Mapping[str, Any], finish_reason: str | None) -> list[Mistake]:
+        """Check an answer and record it. Raise Escalate when its mistakes warrant another attempt
+        and one is left, ChecksFailed when none is; return the mistakes the answer is delivered with."""
+        found = self.router.validator.check(message, self.call.body, finish_reason=finish_reason)
+        tools = [str((c.get("function") or {}).get("name", "")) for c in message.get("tool_calls") or ()]
+        self.mistakes.extend(m.kind for m in found)
+        self.record.attempt(tier, tools, found)
+        kinds = [m.kind for m in found]
+        if not set(kinds) & set(self.policy.escalation.on):
+            return found
+        if self._may_retry():
+            if (tool := self._repairable(tier, found)) is not None:
+                self._repair_tool, self.repaired = tool, True
+                self._repaired_on.add(tier)
+            raise Escalate(kinds)
+        self.exhausted = True
+        if self.policy.escalation.on_exhausted == "deliver":
+            return found
+        log.warning(
+            "route %s: no attempt left after %s (tiers %s); answering with a retryable error",
+            self.route, ",".join(self.mistakes), ",".join(self.tried),
+        )  # fmt: skip
+        self.router.metrics.exhausted.labels(tier, self.route).inc()
+        raise ChecksFailed(
+            f"Every answer failed the router's checks ({', '.join(dict.fromkeys(self.mistakes))}); "
+            "nothing was delivered. Retrying may succeed.",
+            tier=tier,
+        )
+
+    async def verify(self, tier: str, body: Mapping[str, Any], choice: Mapping[str, Any]) -> None:
+        """Run the route's verifier on a well-formed call of a checked tier; escalate on rejection."""
+        spec = self._route.verify if self._route else None
+        message = choice.get("message") or {}
+        if spec is None or not self.verifiable(tier) or not message.get("tool_calls"):
+            return
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        runtime, chain = self.router, self.policy.escalation.chain
+        verdict = await verify(runtime.upstreams, runtime.verdicts, spec, tier, body, choice, self.deadline, chain)
+        outcome = "unsure" if verdict.unsure else "accept" if verdict.accept else "reject"
+        self.router.metrics.observe_verdict(spec.kind, self.route, outcome, verdict.cached, loop.time() - started)
+        self.verdicts.append(f"{spec.kind}:{outcome}")
+        if verdict.accept:
+            return
+        tool = str((message["tool_calls"][0].get("function") or {}).get("name", ""))
+        tool = tool if tool in self.call.features.tool_names else ""
+        self.mistakes.append("verifier_reject")
+        self.record.rejected(tier, tool)
+        log.debug("route %s: the %s verifier rejected a call of tier %s", self.route, spec.kind, tier)
+        if self._may_retry():
+            raise Escalate(["verifier_reject"])
+
+    def _repairable(self, tier: str, found: Sequence[Mistake]) -> str | None:
+        """The one offered tool the answer fumbled, if this tier may be repaired: once per tier, on
+        a route that asks for it, or on the chain's last tier (where the next try is the same tier)."""
+        if tier in self._repaired_on or not ((self._route and self._route.repair) or self._stronger(tier) == tier):
+            return None
+        tools = {m.tool for m in found if m.kind in _REPAIRABLE and m.tool}
+        offered = self.call.features.tool_names
+        if len(tools) != 1 or any(m.kind not in _REPAIRABLE for m in found):
+            return None
+        tool = tools.pop()
+        return tool if tool in offered else None
+
+    def failed(self, tier: str, exc: UpstreamError) -> NoReturn:
+        """An upstream error: record it, then escalate / retry if allowed, else give up."""
+        self.mistakes.append(exc.mistake)
+        self.record.attempt(tier, [], [Mistake(exc.mistake)], answered=False)
+        client_fault = getattr(exc, "client_fault", False)
+        if not client_fault and exc.mistake in self.policy.escalation.on and self._may_retry():
+            raise Escalate([exc.mistake], backoff=self._stronger(tier) == tier) from exc
+        raise exc
+
+    def hedge_for(self, tier: str) -> tuple[str, float] | None:
+        """(hedge tier, delay) when the route hedges this call's first attempt."""
+        hedge = self._route.hedge if self._route else None
+        if hedge is None or len(self.tried) != 1:
+            return None
+        other = hedge.tier or self._stronger(tier)
+        return (other, hedge.after) if other != tier else None
+
+    def hedging(self, tier: str) -> None:
+        self.tried.append(tier)
+
+    def won(self, tier: str) -> None:
+        """The hedge race is decided: `tier` answers (an escalation if it is the hedge)."""
+        if tier != self.tier:
+            self.record.escalated(self.tier)
+        self.tier = tier
+
+    def delivered(self, tier: str, message: Mapping[str, Any]) -> None:
+        """Remember the tool calls the client got, to attribute errors it reports later; offer the
+        answer to the route's shadow mode."""
+        self.record.delivered(tier, message)
+        # shadow mode (router/core/shadow.py): maybe a comparison, in the background
+        self.router.shadow.offer(self.policy, self.route, self.call.body, tier, message)

@@ -1,0 +1,125 @@
+"""Errors the agent reports afterwards, and the sticky sessions they cause.
+
+A call's newest tool results (those after the last assistant message) answer tool calls the router
+delivered in the previous turn. When one reports failure — Anthropic-style `is_error`, a policy
+failure pattern (a traceback, an `Error:` prefix, a non-zero exit code), or the model repeating
+an earlier call verbatim — the router records `agent_reported_error` against the tier and tool
+that made that call, and the session's next `sticky_calls` calls go to the escalation tier.
+Only the newest results are read, and a routed call is forgotten once its failure is counted, so a
+failure is counted once although every later call of the conversation repeats it, and although a
+client may send the same request again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
+
+from router.core.call import Call
+from router.policy.decide import routed_by_policy
+from router.policy.model import AfterAgentError, Policy
+from router.store.base import MISTAKEN, Event, RoutedCall
+
+if TYPE_CHECKING:
+    from router.metrics import Metrics
+    from router.store import Store
+
+log = logging.getLogger("router.feedback")
+
+
+async def sticky_tier(store: Store, metrics: Metrics, call: Call, policy: Policy) -> str | None:
+    """Record newly reported failures, then say whether this call must go to a stronger tier."""
+    rules = policy.escalation.after_agent_error
+    sticky = rules.sticky_calls if policy.escalation.chain else 0
+    failed = [fid async for fid in _failed_calls(store, call, rules)]
+    if failed:
+        s = call.session
+        store.record(
+            [
+                event
+                for c in failed
+                for event in (
+                    Event(c.tier, c.route, tool=c.tool, kind="agent_reported_error", session=s),
+                    Event(c.tier, c.route, kind=MISTAKEN, session=s),
+                    *([Event(c.tier, c.route, tool=c.tool, kind=MISTAKEN, session=s)] if c.tool else []),
+                )
+            ]
+        )
+        metrics.observe_agent_errors(failed)
+        if sticky:
+            await store.sticky_set(call.session, policy.escalation.chain[-1], sticky)
+        log.info("session %s: agent reported %d failed tool call(s)", call.session[:16], len(failed))
+    if not sticky or not routed_by_policy(call.features, policy):
+        return None
+    tier = await store.sticky_take(call.session)
+    return tier if tier in policy.models else None
+
+
+async def _failed_calls(store: Store, call: Call, rules: AfterAgentError) -> AsyncIterator[RoutedCall]:
+    messages = call.body.get("messages") or ()
+    results, assistant, earlier = _newest_turn(messages)
+    if not results:
+        return
+    for result in results:
+        if str(result.get("tool_call_id")) in call.reported_errors or _reports_failure(result, rules):
+            routed = await store.routed_take(call.session, str(result.get("tool_call_id")))
+            if routed is not None:
+                yield routed
+    if rules.repeated_call and assistant is not None:
+        seen = {_signature(c): c for m in earlier for c in _tool_calls(m)}
+        for c in _tool_calls(assistant):
+            prior = seen.get(_signature(c))
+            if prior is None or prior.get("id") == c.get("id") or _reported(messages, prior.get("id"), rules):
+                continue
+            routed_prior = await store.routed_take(call.session, str(prior.get("id")))
+            if routed_prior is not None:
+                yield routed_prior
+
+
+def _newest_turn(messages: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]]]:
+    """(tool results at the end, the assistant message they answer, the assistant messages before)."""
+    i = len(messages)
+    while i > 0 and isinstance(messages[i - 1], dict) and messages[i - 1].get("role") == "tool":
+        i -= 1
+    results = [m for m in messages[i:] if m.get("tool_call_id")]
+    if not results or i == 0 or (messages[i - 1] or {}).get("role") != "assistant":
+        return results, None, []
+    earlier = [m for m in messages[: i - 1] if isinstance(m, dict) and m.get("role") == "assistant"]
+    return results, messages[i - 1], earlier
+
+
+def _reported(messages: Any, call_id: Any, rules: AfterAgentError) -> bool:
+    """Its own result already reported the call failed (counted when that result was newest)."""
+    return any(
+        isinstance(m, dict) and m.get("tool_call_id") == call_id and _reports_failure(m, rules) for m in messages
+    )
+
+
+def _reports_failure(result: dict[str, Any], rules: AfterAgentError) -> bool:
+    content = result.get("content")
+    parts = content if isinstance(content, list) else ()
+    if result.get("is_error") is True or any(isinstance(p, dict) and p.get("is_error") is True for p in parts):
+        return True
+    return any(p.search(text) for text in _texts(content) for p in rules.patterns)
+
+
+def _texts(content: Any) -> Iterator[str]:
+    if isinstance(content, str):
+        yield content[:4000]
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield part["text"][:4000]
+
+
+def _tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool calls of a message of the client's history; whatever is not a call object is skipped."""
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def _signature(tool_call: dict[str, Any]) -> tuple[str, str]:
+    fn = tool_call.get("function")
+    fn = fn if isinstance(fn, dict) else {}
+    return str(fn.get("name", "")), str(fn.get("arguments", "")).strip()

@@ -1,0 +1,172 @@
+"""The one flow every transport shares: decide → call → validate → escalate → record.
+
+    trace = begin(call)                     lane (router/core/lanes.py), agent feedback, sticky sessions,
+                                            policy.decide (pure)
+    for each attempt (tenacity):            escalation.Trace picks tier and body (routed, repair, stronger)
+        answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks
+        salvage(answer)                     a call written as text → a tool call (router/core/salvage.py)
+        trace.judge(answer)                 validate.check → record → Escalate if warranted
+        trace.verify(answer)                the route's verifier (router/core/verify.py) → Escalate on reject
+    trace.delivered(answer)                 remember routed tool calls for agent-reported errors
+
+A tier that speaks the client's own API (an `anthropic/*` tier for /v1/messages) gets the client's
+request itself (`Call.native`) and answers in it; the checks read the chat equivalent it comes with.
+
+Streams run the same loop through a `Gate` that holds tool-call deltas until they are checked, so
+a mistake found before anything was sent escalates invisibly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from router.core import feedback
+from router.core.call import Call
+from router.core.escalation import Trace
+from router.core.hedge import first_valid
+from router.core.salvage import salvage_reply, salvage_stream
+from router.core.streaming import Gate, Joiner
+from router.core.validate import SchemaTooCostly
+from router.errors import UpstreamError
+from router.policy.decide import Live, decide
+from router.upstream.base import Chunk, Native, NativeUpstream, Reply, Upstream, speaks
+
+if TYPE_CHECKING:
+    from router.runtime import Runtime
+
+T = TypeVar("T")
+
+
+async def begin(router: Runtime, call: Call) -> Trace:
+    try:
+        router.validator.admit(call.body.get("tools"))  # a client schema too costly to check: 400 now
+    except SchemaTooCostly:
+        router.metrics.tripped("schema_too_costly")
+        raise
+    lane, call, policy = router.lanes.enter(call, router.policy.current)
+    try:
+        sticky = await feedback.sticky_tier(router.store, router.metrics, call, policy)
+        live = Live(sticky_tier=sticky, degraded=router.adaptive.degraded, diverted=router.adaptive.diverted)
+        decision = decide(call.features, policy, live)
+    except BaseException:
+        router.lanes.leave(lane)
+        raise
+    router.adaptive.note(decision)
+    return Trace(router, call, policy, decision, lane)
+
+
+async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:
+    trace = await begin(router, call)
+    span = router.tracing.start(trace)  # router/core/tracing.py; OFF: no-ops
+    try:
+        async for attempt in trace.attempts():
+            with attempt, span.attempt(trace):
+                tier, body = trace.next_attempt()
+                replies = await _hedged(trace, tier, partial(_reply, router, trace, body))
+                reply = await anext(replies)
+        span.answer(reply.data)
+    finally:
+        router.lanes.leave(trace.lane)
+        span.end(trace)
+    return trace, reply
+
+
+async def stream(router: Runtime, call: Call) -> tuple[Trace, AsyncIterator[Chunk]]:
+    """Chunks ready to send, as one stream. Failures before the first chunk raise here (a plain
+    HTTP error is still possible); later ones raise from the iterator (the transport frames them)."""
+    trace = await begin(router, call)
+    chunks = _joined(router, trace)
+    first = await anext(chunks, None)
+    if first is None:  # not one chunk from any tier: nothing the client could read as an answer
+        raise UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
+    return trace, _prepend(first, chunks)
+
+
+async def _joined(router: Runtime, trace: Trace) -> AsyncIterator[Chunk]:
+    join = Joiner()
+    span = router.tracing.start(trace)
+    try:
+        async for attempt in trace.attempts():
+            with attempt, span.attempt(trace):
+                tier, body = trace.next_attempt()
+                join.next_attempt()
+                async for ready in await _hedged(trace, tier, partial(_chunks, router, trace, body)):
+                    yield span.chunk(join(ready))
+    finally:
+        router.lanes.leave(trace.lane)
+        span.end(trace)
+
+
+def _native(trace: Trace, upstream: Upstream, body: dict[str, Any]) -> tuple[NativeUpstream, Native] | None:
+    """The client's own request, when `upstream` speaks its API and this attempt asks nothing more."""
+    native = trace.call.native
+    if native is None or body is not trace.call.body or not speaks(upstream, native.dialect):
+        return None
+    return upstream, native
+
+
+async def _reply(router: Runtime, trace: Trace, body: dict[str, Any], tier: str) -> AsyncIterator[Reply]:
+    """One whole answer from `tier`, judged."""
+    upstream = router.upstreams[tier]
+    try:
+        if pass_through := _native(trace, upstream, body):
+            reply = await pass_through[0].complete_native(pass_through[1], trace.deadline)
+        else:
+            reply = await upstream.complete(body, trace.deadline)
+    except UpstreamError as exc:
+        trace.failed(tier, exc)
+    salvage_reply(trace, tier, reply)  # a call written as text, made structured (router/core/salvage.py)
+    choices = reply.data.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    message = choice.get("message") or {}
+    trace.judge(tier, message, choice.get("finish_reason"))
+    await trace.verify(tier, body, choice)
+    trace.delivered(tier, message)
+    yield reply
+
+
+async def _chunks(router: Runtime, trace: Trace, body: dict[str, Any], tier: str) -> AsyncIterator[Chunk]:
+    """`tier`'s stream through a gate: content as it comes, the rest once judged."""
+    gate = Gate(tools_offered=bool(trace.call.features.tool_names))
+    upstream = router.upstreams[tier]
+    if pass_through := _native(trace, upstream, body):
+        source = pass_through[0].stream_native(pass_through[1], trace.deadline)
+    else:
+        source = upstream.stream(body, trace.deadline)
+    try:
+        async for chunk in source:
+            for ready in gate.feed(chunk):
+                yield ready
+    except UpstreamError as exc:
+        trace.failed(tier, exc)
+    salvage_stream(trace, tier, gate)
+    message = gate.message()
+    trace.judge(tier, message, gate.finish_reason)
+    await trace.verify(tier, body, {"message": message, "finish_reason": gate.finish_reason})
+    trace.delivered(tier, message)
+    for ready in gate.release():
+        yield ready
+
+
+async def _hedged(trace: Trace, tier: str, attempt: Callable[[str], AsyncIterator[T]]) -> AsyncIterator[T]:
+    """`attempt(tier)`, raced against the route's hedge tier when it has one."""
+    hedge = trace.hedge_for(tier)
+    if hedge is None:
+        return attempt(tier)
+    hedge_tier, after = hedge
+
+    def start_hedge() -> AsyncIterator[T]:
+        trace.hedging(hedge_tier)
+        return attempt(hedge_tier)
+
+    hedge_won, items = await first_valid(attempt(tier), start_hedge, after)
+    trace.won(hedge_tier if hedge_won else tier)
+    return items
+
+
+async def _prepend(first: Chunk, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    yield first
+    async for chunk in rest:
+        yield chunk

@@ -1,0 +1,83 @@
+"""What one call leaves behind: events in the store (stats, sticky sessions, adaptive routes) and
+Prometheus counts. `escalation.Trace` decides; a `Record` writes down what it decided.
+
+    attempt(tier, tools, found)     one answer of `tier` (or its failure): the call, each offered
+                                    tool it called or fumbled, each mistake, and `MISTAKEN` once
+    escalated(tier)                 the call left `tier` for another
+    salvaged(tier, tools)           `tier`'s calls written as text were made structured
+    rejected(tier, tool)            a route's verifier rejected `tier`'s call of `tool`
+    delivered(tier, message)        the tool calls the client got, to attribute errors it reports later
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from router.core.call import Call
+from router.core.validate import Mistake
+from router.store.base import ESCALATED, MISTAKEN, SALVAGED, Event, RoutedCall
+
+if TYPE_CHECKING:
+    from router.metrics import Metrics
+    from router.store import Store
+
+Background = Callable[[Coroutine[Any, Any, Any]], None]  # runs a coroutine off the request path
+_ARGUMENTS_KEPT = 2000  # characters of a routed call's arguments kept to recognise it when repeated
+
+
+class Record:
+    __slots__ = ("background", "call", "metrics", "route", "store")
+
+    def __init__(self, store: Store, metrics: Metrics, background: Background, call: Call, route: str) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.background = background
+        self.call = call
+        self.route = route
+
+    def attempt(self, tier: str, tools: Sequence[str], found: Sequence[Mistake], answered: bool = True) -> None:
+        """Count one attempt of `tier`: a call (failed ones too), each offered tool it called or
+        fumbled, each mistake by kind, and once per call and tool with any mistake (`MISTAKEN`: the
+        stats' mistake rate is the share of calls with at least one)."""
+        s, r = self.call.session, self.route
+        offered = self.call.features.tool_names  # never record names a model made up: unbounded keys
+        called = {t for t in tools if t in offered}
+        fumbled = {m.tool for m in found if m.tool in offered}
+        events = [Event(tier, r, session=s)]
+        events += [Event(tier, r, tool=t, session=s) for t in sorted(called | fumbled)]
+        events += [Event(tier, r, tool=m.tool if m.tool in offered else "", kind=m.kind, session=s) for m in found]
+        if found:
+            events += [Event(tier, r, kind=MISTAKEN, session=s)]
+            events += [Event(tier, r, tool=t, kind=MISTAKEN, session=s) for t in sorted(fumbled)]
+        self.store.record(events)
+        self.metrics.observe_answer(tier, r, answered, [m.kind for m in found])
+
+    def escalated(self, tier: str) -> None:
+        self.store.record([Event(tier, self.route, kind=ESCALATED, session=self.call.session)])
+
+    def salvaged(self, tier: str, tools: Sequence[str]) -> None:
+        """`tier` wrote these calls as text and they were made structured (router/core/salvage.py)."""
+        self.store.record([Event(tier, self.route, tool=t, kind=SALVAGED, session=self.call.session) for t in tools])
+
+    def rejected(self, tier: str, tool: str) -> None:
+        s, r = self.call.session, self.route
+        events = [Event(tier, r, tool=tool, kind="verifier_reject", session=s)]
+        events += [Event(tier, r, tool=t, kind=MISTAKEN, session=s) for t in dict.fromkeys(("", tool))]
+        self.store.record(events)
+        self.metrics.observe_answer(tier, r, False, ["verifier_reject"])
+
+    def delivered(self, tier: str, message: Mapping[str, Any]) -> None:
+        calls = [
+            RoutedCall(
+                str(c.get("id", "")),
+                tier,
+                self.route,
+                str((c.get("function") or {}).get("name", "")),
+                str((c.get("function") or {}).get("arguments", ""))[:_ARGUMENTS_KEPT],
+            )
+            for c in message.get("tool_calls") or ()
+            if c.get("id")
+        ]
+        if calls:
+            self.background(self.store.routed_put(self.call.session, calls))

@@ -1,0 +1,125 @@
+"""Salvage: a tool call the model wrote as text becomes the structured call it meant.
+
+Small models often answer a tool-calling request with the call as text — a ```json block, Qwen's
+`<tool_call>…</tool_call>`, a bare `{"name": …, "arguments": …}` — instead of a tool call. When
+every call so written names an offered tool and its arguments validate against that tool's schema
+(the same checks every answer gets, router/core/validate.py), the answer is rewritten into the
+structured call(s) before it is judged: no extra model call, nothing escalated. What fails salvage
+is judged as written (a `text_tool_call` mistake) and escalates as before.
+
+    salvaged_message(message, request, names, validator)   the rewritten message, or None
+    salvage_reply(trace, tier, reply)                      a whole answer, in place (pipeline)
+    salvage_stream(trace, tier, gate)                      a held stream's answer (pipeline)
+
+On by default for every route; a route turns it off with `salvage: false`. A salvaged answer is
+counted (`salvaged` in stats, per tier, route and tool) and marked (`x-router-salvaged: true`).
+Text the client already received cannot be taken back: in a stream only text the `Gate` held (it
+holds text that opens like a call when tools are offered) is salvaged.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from router.core.text_calls import written_call_objects
+from router.core.validate import Validator
+
+if TYPE_CHECKING:
+    from router.core.escalation import Trace
+    from router.core.streaming import Gate
+    from router.upstream.base import Reply
+
+# What is left around the calls once they are cut out: fences, tags, a "functions.x:" or "json" label.
+_WRAPPING = re.compile(
+    r"```[ \t]*[\w-]*|</?tool_call>|<\|im_(?:start|end)\|>|\bfunctions\.[\w.-]+:|^\s*(?:json|tool_call)\s*$",
+    re.I | re.M,
+)
+
+
+def _call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+def _arguments(value: Any) -> str | None:
+    """A written call's arguments as the JSON object text a tool call carries; None if not an object."""
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return None
+    return orjson.dumps(value).decode() if isinstance(value, dict) else None
+
+
+def salvaged_message(
+    message: Mapping[str, Any], request: Mapping[str, Any], names: Collection[str], validator: Validator
+) -> dict[str, Any] | None:
+    """`message` with its text calls made structured, or None: nothing written as a call, a call
+    whose arguments are not an object, or any mistake in the result (schema, tool_choice...)."""
+    content = message.get("content")
+    if message.get("tool_calls") or not isinstance(content, str) or not names:
+        return None
+    written = written_call_objects(content, names)
+    if not written:
+        return None
+    calls = []
+    for call in written:
+        if (args := _arguments(call.arguments)) is None:
+            return None
+        calls.append({"id": _call_id(), "type": "function", "function": {"name": call.name, "arguments": args}})
+    kept, at = [], 0
+    for call in written:
+        if call.start >= at:  # a list of calls shares one span
+            kept.append(content[at : call.start])
+            at = call.end
+    kept.append(content[at:])
+    rest = _WRAPPING.sub("", "".join(kept)).strip()
+    if not any(ch.isalnum() for ch in rest):  # stray brackets or punctuation: no words for the client
+        rest = ""
+    out = {**message, "content": rest or None, "tool_calls": calls}
+    if validator.check(out, request, finish_reason="tool_calls"):
+        return None
+    return out
+
+
+def _enabled(trace: Trace) -> bool:
+    route = next((r for r in trace.policy.routes if r.name == trace.route), None)
+    return route is None or route.salvage
+
+
+def _salvage(trace: Trace, tier: str, message: Mapping[str, Any]) -> dict[str, Any] | None:
+    if not _enabled(trace):
+        return None
+    names = trace.call.features.tool_names
+    fixed = salvaged_message(message, trace.call.body, names, trace.router.validator)
+    if fixed is None:
+        return None
+    trace.salvaged = True
+    tools = [c["function"]["name"] for c in fixed["tool_calls"]]
+    trace.record.salvaged(tier, tools)
+    return fixed
+
+
+def salvage_reply(trace: Trace, tier: str, reply: Reply) -> None:
+    """Rewrite a whole answer in place when its text calls salvage. A tier answering in the
+    client's own API (`reply.native`) is left as it is."""
+    choices = reply.data.get("choices")
+    if reply.native is not None or not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return
+    message = choices[0].get("message")
+    if not isinstance(message, dict) or (fixed := _salvage(trace, tier, message)) is None:
+        return
+    choices[0] = {**choices[0], "message": fixed, "finish_reason": "tool_calls"}
+    reply.raw = None  # the upstream's bytes no longer say what the client gets
+
+
+def salvage_stream(trace: Trace, tier: str, gate: Gate) -> None:
+    """Rewrite a held stream's answer when its text calls salvage (the gate then releases calls)."""
+    if not gate.text_held():
+        return
+    if (fixed := _salvage(trace, tier, gate.message())) is not None:
+        gate.replace_text(fixed.get("content"), fixed["tool_calls"])

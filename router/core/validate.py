@@ -1,0 +1,384 @@
+"""Tool-call checks on an OpenAI chat-completions answer, against the request that produced it.
+
+The pipeline holds ONE `Validator` for the life of the app (created in the lifespan next to the
+upstream clients) and calls `validator.check(message, request, checks, finish_reason=...)` on every
+fast-tier answer. The validator owns two small LRU caches: compiled JSON Schemas (keyed by the
+schema's canonical JSON bytes) and compiled text rules (keyed by the offered tool names and the
+announce patterns). The module-level `check()` is a convenience for one-off use and tests; without
+a `validator=` argument it builds a throw-away `Validator`, so nothing is cached between calls.
+Calls written as text or only announced are found by router/core/text_calls.py; what counts as a
+mistake is decided here.
+
+Judgement calls (see also the tests):
+- `arguments` must be a JSON *string* holding an object. An empty/whitespace or absent string counts
+  as `{}` only when the schema has no top-level `required`; otherwise it is `invalid_json`. The text
+  `null`, an array, or a dict instead of a string (non-conforming upstream) is `invalid_json`:
+  agents `json.loads()` the string and expect an object.
+- A schema that cannot be compiled (not a schema, fails its meta-schema, unknown `$ref`, recursion)
+  means "cannot check": the call is not flagged. Remote `$ref`s are never fetched.
+- Schemas are checked with jsonschema-rs (measured several times faster than `jsonschema` in
+  bench/validate.py): a `pattern` runs on Rust's linear-time regex engine, or — with lookaround or
+  backreferences — on a backtracking engine with a step budget, so no client regex can stall the
+  proxy. `admit(tools)` compiles the offered tools' schemas when the request arrives: a schema
+  larger than `max_schema_bytes`, or with a pattern Python's `re` reads but the engine refuses within
+  `max_pattern_bytes` (e.g. a huge repetition), is `SchemaTooCostly` (400) then, not a stall later.
+- `tool_choice: "none"` offers no tool: any call is `unknown_tool`; text is never inspected.
+- One root cause, one mistake: an empty answer is only `empty_response`; a call leaked into text is
+  only `text_tool_call` (it also satisfies `tool_choice` when it names the required tool); an
+  announced-but-not-made call is checked only when nothing else was found.
+- `finish_reason="tool_calls"` with text and no calls is `missing_tool_call`; `"length"` is noted in
+  the detail of `invalid_json` / `empty_response`.
+- A `refusal` with no content is not an empty response.
+- Tool definitions may be chat-style `{"type":"function","function":{...}}`, Responses-style
+  (flat `name`/`parameters`) or Anthropic-style (`input_schema`); `custom` tools take free text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import jsonschema_rs
+import orjson
+
+from router.constants import MAX_RULES, MAX_SCHEMAS
+from router.core.text_calls import DEFAULT_ANNOUNCE, TOOL_PLACEHOLDER, TextRules, build_rules
+from router.errors import BadRequest
+from router.settings import default
+
+INVALID_JSON: Final = "invalid_json"
+UNKNOWN_TOOL: Final = "unknown_tool"
+SCHEMA_VIOLATION: Final = "schema_violation"
+MISSING_TOOL_CALL: Final = "missing_tool_call"
+TEXT_TOOL_CALL: Final = "text_tool_call"
+EMPTY_RESPONSE: Final = "empty_response"
+KINDS: Final = (
+    INVALID_JSON,
+    UNKNOWN_TOOL,
+    SCHEMA_VIOLATION,
+    MISSING_TOOL_CALL,
+    TEXT_TOOL_CALL,
+    EMPTY_RESPONSE,
+)
+
+_DETAIL_MAX: Final = 120
+_FREEFORM: Final = object()  # a custom tool: free-text input, nothing to parse
+_MISS: Final = object()
+_TOO_COSTLY: Final = object()  # a compiled-schema cache entry: refused at request time
+_BACKTRACK_LIMIT: Final = 100_000  # steps of the backtracking engine (lookaround, backreferences) per match
+_PATTERN_CHARS: Final = 64 * 1024  # a longer pattern the engine refused is not read by `re` either
+
+
+class SchemaTooCostly(BadRequest):
+    code = "schema_too_costly"
+
+
+@dataclass(frozen=True, slots=True)
+class Mistake:
+    """One defect found in an answer. `kind` is one of `KINDS`."""
+
+    kind: str
+    tool: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Checks:
+    """Options (from the policy). `<tool>` in a pattern stands for any offered tool name."""
+
+    announced_call_patterns: tuple[str, ...] = DEFAULT_ANNOUNCE
+    detect_text_tool_calls: bool = True
+    detect_announced_calls: bool = True
+
+    def __post_init__(self) -> None:
+        for pattern in self.announced_call_patterns:  # a bad policy fails at load, not per call
+            try:
+                re.compile(pattern.replace(TOOL_PLACEHOLDER, "(?P<tool>x)"))
+            except re.error as exc:
+                raise ValueError(f"announced_call_patterns: bad regex {pattern!r}: {exc}") from exc
+
+
+DEFAULT_CHECKS: Final = Checks()
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
+
+
+def _content_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):  # content parts
+        return "".join(
+            str(part.get("text") or "")
+            for part in content
+            if isinstance(part, Mapping) and part.get("type") in ("text", "output_text")
+        )
+    return ""
+
+
+def _tool_index(tools: Any) -> dict[str, Any]:
+    """name -> parameters schema (None: no schema) or `_FREEFORM`."""
+    index: dict[str, Any] = {}
+    if not isinstance(tools, Sequence) or isinstance(tools, str):
+        return index
+    for tool in tools:
+        if not isinstance(tool, Mapping):
+            continue
+        kind = tool.get("type", "function")
+        spec = tool.get(kind) if isinstance(kind, str) else None
+        if not isinstance(spec, Mapping):
+            spec = tool  # Responses / Anthropic: flat definition
+        name = spec.get("name")
+        if isinstance(name, str) and name:
+            if kind == "custom":
+                index[name] = _FREEFORM
+            else:
+                index[name] = spec.get("parameters", spec.get("input_schema"))
+    return index
+
+
+def _tool_choice(choice: Any) -> tuple[bool, bool, str]:
+    """(no tools allowed, a call is required, the named tool or "")."""
+    if isinstance(choice, str):
+        return choice == "none", choice in ("required", "any"), ""
+    if isinstance(choice, Mapping):
+        kind = choice.get("type")
+        if kind in ("function", "tool", "custom"):
+            spec = choice.get(kind)
+            name = (spec if isinstance(spec, Mapping) else choice).get("name")
+            return False, True, name if isinstance(name, str) else ""
+        if kind == "allowed_tools":  # restricting the set is not checked; only its mode
+            inner = choice.get("allowed_tools")
+            mode = choice.get("mode") or (inner.get("mode") if isinstance(inner, Mapping) else None)
+            return False, mode == "required", ""
+        return kind == "none", kind == "any", ""
+    return False, False, ""
+
+
+class Validator:
+    """Checks answers; owns the compiled-schema and text-rule caches. Hold one per app."""
+
+    __slots__ = ("_max_rules", "_max_schemas", "_patterns", "_rules", "_schema_bytes", "_schemas", "compiled", "hits")
+
+    def __init__(
+        self,
+        *,
+        max_schemas: int = MAX_SCHEMAS,
+        max_rules: int = MAX_RULES,
+        max_schema_bytes: int = default("max_schema_bytes"),
+        max_pattern_bytes: int = default("max_pattern_bytes"),
+    ) -> None:
+        self._max_schemas = max_schemas
+        self._max_rules = max_rules
+        self._schema_bytes = max_schema_bytes
+        self._patterns = jsonschema_rs.FancyRegexOptions(
+            backtrack_limit=_BACKTRACK_LIMIT, size_limit=max_pattern_bytes, dfa_size_limit=max_pattern_bytes
+        )
+        self._schemas: OrderedDict[bytes, Any] = OrderedDict()
+        self._rules: OrderedDict[tuple[frozenset[str], tuple[str, ...]], TextRules] = OrderedDict()
+        self.compiled = 0  # schema compilations (cache misses), including schemas found invalid
+        self.hits = 0  # schema cache hits
+
+    @property
+    def cached_schemas(self) -> int:
+        return len(self._schemas)
+
+    def admit(self, tools: Any) -> None:
+        """Compile the offered tools' schemas (cached); raise `SchemaTooCostly` for one that is."""
+        for name, schema in _tool_index(tools).items():
+            if schema is not None and schema is not _FREEFORM and self._compiled(schema) is _TOO_COSTLY:
+                raise SchemaTooCostly(
+                    f"The schema of tool {name!r} is too costly to check (over {self._schema_bytes} bytes, "
+                    "or a pattern too large for a linear-time regex engine).",
+                    param="tools",
+                )
+
+    def check(
+        self,
+        message: Mapping[str, Any],
+        request: Mapping[str, Any],
+        checks: Checks = DEFAULT_CHECKS,
+        *,
+        finish_reason: str | None = None,
+    ) -> list[Mistake]:
+        """Every mistake in `message` (the assistant message) against `request` (the chat body)."""
+        mistakes: list[Mistake] = []
+        tools = _tool_index(request.get("tools"))
+        no_tools, required, named = _tool_choice(request.get("tool_choice"))
+        calls = message.get("tool_calls")
+        if calls:
+            if not isinstance(calls, list):
+                return [Mistake(UNKNOWN_TOOL, "", "malformed tool_calls (not a list)")]
+            called: set[str] = set()
+            for call in calls:
+                self._check_call(call, {} if no_tools else tools, finish_reason, mistakes, called)
+            if no_tools and mistakes:
+                mistakes = [Mistake(m.kind, m.tool, "tool_choice is none") for m in mistakes]
+            if named and named not in called:
+                detail = f"tool_choice names {named}; called {', '.join(sorted(called)) or 'no offered tool'}"
+                mistakes.append(Mistake(MISSING_TOOL_CALL, named, _short(detail)))
+            return mistakes
+
+        text = _content_text(message)
+        if not text.strip():
+            if not message.get("refusal"):
+                suffix = f" (finish_reason={finish_reason})" if finish_reason else ""
+                mistakes.append(Mistake(EMPTY_RESPONSE, "", "no content and no tool calls" + suffix))
+            return mistakes
+        if not tools or no_tools:
+            return mistakes
+
+        rules = self._text_rules(tools, checks)
+        mentioned = rules.mentioned(text)
+        leaked = rules.written_calls(text, tools) if checks.detect_text_tool_calls and mentioned else []
+        for name in leaked:
+            mistakes.append(Mistake(TEXT_TOOL_CALL, name, "tool call written as text content"))
+        if required:
+            if not leaked or (named and named not in leaked):
+                why = f"tool_choice names {named}" if named else "tool_choice is required"
+                mistakes.append(Mistake(MISSING_TOOL_CALL, named, why + " but no tool call was made"))
+        elif not leaked:
+            if checks.detect_announced_calls and (found := rules.announced(text, mentioned)):
+                tool, words = found
+                detail = f"text announces a call but none was made: {words!r}"
+                mistakes.append(Mistake(MISSING_TOOL_CALL, tool, _short(detail)))
+                return mistakes
+            if finish_reason == "tool_calls":
+                mistakes.append(Mistake(MISSING_TOOL_CALL, "", "finish_reason is tool_calls but no tool_calls"))
+        return mistakes
+
+    def _check_call(
+        self,
+        call: Any,
+        tools: Mapping[str, Any],
+        finish_reason: str | None,
+        mistakes: list[Mistake],
+        called: set[str],
+    ) -> None:
+        if not isinstance(call, Mapping):
+            mistakes.append(Mistake(UNKNOWN_TOOL, "", "malformed tool call"))
+            return
+        kind = call.get("type") or "function"
+        spec = call.get(kind) if isinstance(kind, str) else None
+        name = spec.get("name") if isinstance(spec, Mapping) else None
+        if not isinstance(name, str) or not name:
+            mistakes.append(Mistake(UNKNOWN_TOOL, "", "tool call without a function name"))
+            return
+        if name not in tools:
+            mistakes.append(Mistake(UNKNOWN_TOOL, name, _short(f"{name!r} is not among the request's tools")))
+            return
+        called.add(name)  # the tool was called; a bad call is its own mistake, not a missing one
+        schema = tools[name]
+        if schema is _FREEFORM or kind == "custom":
+            return
+        args = spec.get("arguments") if isinstance(spec, Mapping) else None
+        truncated = " (finish_reason=length)" if finish_reason == "length" else ""
+        if args is None or (isinstance(args, str) and not args.strip()):
+            if isinstance(schema, Mapping) and schema.get("required"):
+                required = ", ".join(map(str, schema["required"]))
+                detail = f"empty arguments; required: {required}{truncated}"
+                mistakes.append(Mistake(INVALID_JSON, name, _short(detail)))
+                return
+            parsed: Any = {}
+        elif isinstance(args, str):
+            try:
+                parsed = orjson.loads(args)
+            except orjson.JSONDecodeError as exc:
+                mistakes.append(Mistake(INVALID_JSON, name, _short(f"arguments are not JSON: {exc}{truncated}")))
+                return
+        else:
+            detail = f"arguments must be a JSON string, got {type(args).__name__}"
+            mistakes.append(Mistake(INVALID_JSON, name, detail))
+            return
+        if not isinstance(parsed, dict):
+            detail = f"arguments are JSON {type(parsed).__name__}, not an object{truncated}"
+            mistakes.append(Mistake(INVALID_JSON, name, _short(detail)))
+            return
+        if schema is None:
+            return
+        validator = self._compiled(schema)
+        if validator is None or validator is _TOO_COSTLY:
+            return
+        try:
+            if validator.is_valid(parsed):
+                return
+            error = next(iter(validator.iter_errors(parsed)), None)
+        except Exception:  # unresolvable $ref, recursion...: cannot check
+            return
+        if error is None:
+            return
+        where = "/".join(map(str, error.instance_path))
+        detail = f"{where}: {error.message}" if where else error.message
+        mistakes.append(Mistake(SCHEMA_VIOLATION, name, _short(detail)))
+
+    def _compiled(self, schema: Any) -> Any:
+        """The cached validator of `schema`: None (cannot check) or `_TOO_COSTLY` (refused)."""
+        try:
+            key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        except (orjson.JSONEncodeError, TypeError):
+            return None  # not JSON (cannot come from a parsed body): cannot check
+        cached = self._schemas.get(key, _MISS)
+        if cached is not _MISS:
+            self.hits += 1
+            self._schemas.move_to_end(key)
+            return cached
+        self.compiled += 1
+        validator = _TOO_COSTLY if len(key) > self._schema_bytes else _compile(orjson.loads(key), self._patterns)
+        self._schemas[key] = validator
+        if len(self._schemas) > self._max_schemas:
+            self._schemas.popitem(last=False)
+        return validator
+
+    def _text_rules(self, tools: Mapping[str, Any], checks: Checks) -> TextRules:
+        key = (frozenset(tools), checks.announced_call_patterns)
+        rules = self._rules.get(key)
+        if rules is not None:
+            self._rules.move_to_end(key)
+            return rules
+        rules = build_rules(key[0], checks.announced_call_patterns)
+        self._rules[key] = rules
+        if len(self._rules) > self._max_rules:
+            self._rules.popitem(last=False)
+        return rules
+
+
+def _compile(schema: Any, patterns: Any) -> Any:
+    """A validator (no `$ref` is ever fetched), None when `schema` cannot be checked, or `_TOO_COSTLY`."""
+    if not isinstance(schema, (dict, bool)):
+        return None
+    try:
+        return jsonschema_rs.validator_for(schema, pattern_options=patterns, offline=True)
+    except jsonschema_rs.ValidationError as exc:
+        if "Unknown meta-schema" in str(exc) and isinstance(schema, dict) and "$schema" in schema:
+            # an unknown `$schema`: checked as the default draft (2020-12)
+            return _compile({k: v for k, v in schema.items() if k != "$schema"}, patterns)
+        if exc.schema_path[-1:] == ["pattern"] or "patternProperties" in exc.schema_path:
+            pattern = exc.instance if isinstance(exc.instance, str) else ""
+            if len(pattern) > _PATTERN_CHARS:
+                return _TOO_COSTLY
+            try:
+                re.compile(pattern)
+            except (re.error, RecursionError, OverflowError):
+                return None  # not a regex at all: a bad schema, which cannot be checked
+            return _TOO_COSTLY  # a regex, but too large for the engine's bounds
+        return None  # not a schema, unknown `$ref`...: cannot check
+    except Exception:  # a client's bad schema is not our crash
+        return None
+
+
+def check(
+    message: Mapping[str, Any],
+    request: Mapping[str, Any],
+    checks: Checks = DEFAULT_CHECKS,
+    *,
+    finish_reason: str | None = None,
+    validator: Validator | None = None,
+) -> list[Mistake]:
+    """Convenience: `validator.check(...)`; without `validator`, a throw-away one (no caching)."""
+    return (validator or Validator()).check(message, request, checks, finish_reason=finish_reason)

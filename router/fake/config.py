@@ -1,0 +1,48 @@
+"""`FakeConfig`: the fake upstream's knobs (router/fake/server.py), each fault's rate or delay."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from router.fake.tools import BAD_KINDS
+
+
+@dataclass(frozen=True)
+class FakeConfig:
+    seed: int = 0
+    model: str = "fake-model"
+    bad_tool_rate: float = 0.0  # share of tool-calling answers that are broken
+    bad_tool_rates: dict[str, float] = field(default_factory=dict)  # per tool name override
+    bad_kinds: tuple[str, ...] = BAD_KINDS  # which breakages to draw from
+    error_rate: float = 0.0  # share of requests answered with HTTP 500
+    delay_ms: float = 0.0  # before the response headers
+    first_token_delay_ms: float = 0.0  # streams: after the headers, before the first event
+    chunk_delay_ms: float = 0.0  # streams: between events
+    reset_mid_stream: float = 0.0  # share of answers cut (TCP RST) after a few chunks
+    reset_before_first_byte: float = 0.0  # share of requests cut (TCP RST) with no response
+    malformed_sse: float = 0.0  # share of streams with a garbage data line
+    words: int = 12  # words in a text answer
+    finish_after: int = 0  # answer text once the conversation holds this many tool results (0: never)
+    prefer_tools: tuple[str, ...] = ()  # call the first of these that is offered (unless tool_choice names one)
+    api_key: str | None = None  # if set, required as Bearer (or x-api-key on /v1/messages)
+    endless: bool = False  # every answer never ends (as the ``endless`` fault)
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.bad_kinds if k not in BAD_KINDS]
+        if unknown:
+            raise ValueError(f"unknown bad_kinds {unknown}; expected some of {list(BAD_KINDS)}")
+        rates = {
+            "bad_tool_rate": self.bad_tool_rate,
+            "error_rate": self.error_rate,
+            "reset_mid_stream": self.reset_mid_stream,
+            "reset_before_first_byte": self.reset_before_first_byte,
+            "malformed_sse": self.malformed_sse,
+            **{f"bad_tool_rates[{k}]": v for k, v in self.bad_tool_rates.items()},
+        }
+        for name, rate in rates.items():
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], got {rate}")
+        if self.words < 1:
+            raise ValueError(f"words must be at least 1, got {self.words}")
+        if self.finish_after < 0:
+            raise ValueError(f"finish_after must be 0 (never) or more, got {self.finish_after}")

@@ -1,0 +1,354 @@
+"""A deterministic, fault-injecting fake model server (OpenAI chat completions and Responses, Anthropic
+Messages).
+
+Users try policies with it, tests inject faults with it, benchmarks measure proxy overhead against it,
+so the happy path does no sleeping and little work. Run it with ``agent-router fake-upstream`` (CLI),
+``run_fake(config, host, port)`` (blocking) or ``async with await start_fake(config) as server:``.
+
+Endpoints
+  POST /v1/chat/completions  OpenAI chat completions, JSON or ``stream: true`` SSE (chunks shaped like
+                             OpenAI's, ``stream_options.include_usage`` honoured).
+  POST /v1/messages          Anthropic Messages API, JSON or SSE (``message_start`` ... ``message_stop``);
+                             accepts ``x-api-key`` or ``Authorization: Bearer``.
+  POST /v1/responses         OpenAI Responses API, JSON or SSE (``response.created`` ... ``.completed``).
+  GET  /v1/models            lists ``config.model``.      GET /health -> ``{"status": "ok"}``.
+  GET  /_fake/requests       the last 100 /v1/* requests: method, path, headers (lower-case names),
+                             body (parsed JSON). ``DELETE /_fake/requests`` clears them.
+  GET  /_fake/stats          ``{"requests": N, "streams": N, "open_connections": N}`` (/v1/* requests,
+                             streamed answers, currently open TCP connections including the caller's).
+
+Answers
+  With ``tools`` (and ``tool_choice`` not "none") the answer is one tool call: the named tool when
+  ``tool_choice`` names one (Anthropic: ``{"type": "tool"}``), else the first of ``prefer_tools`` that is
+  offered (steering a real agent to a harmless tool, e.g. Read or Glob), else a seeded pick. Arguments validate
+  against the tool's ``parameters`` (see ``fake_tools`` for the supported schema subset). With
+  probability ``bad_tool_rates.get(tool, bad_tool_rate)`` the answer is broken in one of ``bad_kinds``:
+  invalid_json (truncated arguments), unknown_tool (a name not offered), schema_violation (wrong type or
+  missing required argument), missing_tool_call (text "I will call NAME now.", finish "stop"),
+  text_tool_call (``{"name": ..., "arguments": {...}}`` as content, no tool_calls). The injected kind is
+  reported in the response header ``x-fake-defect``. Without tools: ``words`` seeded words of text.
+  The response ``model`` echoes the request's ``model`` (``config.model`` if absent).
+  With ``finish_after`` N > 0 the fake ends a tool loop: once the conversation holds N tool results
+  (chat ``tool`` messages, Responses ``*_call_output`` items, Anthropic ``tool_result`` blocks) and
+  ``tool_choice`` does not demand a call, it answers text, as an agent's model does after its tools ran.
+
+Determinism
+  The app owns ``random.Random(seed)``. Each accepted request draws, synchronously and in this order:
+  reset_before_first_byte, error_rate, reset_mid_stream, malformed_sse (one float each), the response
+  id; then for a tool answer: tool index, bad draw, kind index, argument values, call id (plus at most
+  one draw for a schema_violation); for a text answer: the words. Requests rejected with 400/401 (bad
+  body, bad key, bad ``x-fake-fault``, ``tool_choice`` naming a tool not offered) draw nothing. So the
+  same sequence of requests gives the same sequence of answers; header overrides replace decisions but
+  never change the draws.
+
+Per-request override header ``x-fake-fault`` (comma-separated, any combination):
+  ``500`` / ``429`` / ``400`` (any 4xx/5xx)   that status and an error body (429: ``retry-after-ms: 10``)
+  ``reset``                 close the connection (TCP RST) with no response
+  ``reset-mid-stream``      send a few chunks (at least one content chunk), then RST; for JSON answers
+                            the headers and half of the body are sent first
+  ``malformed-sse``         a garbage ``data:`` line in the stream (JSON answers: half the JSON body)
+  ``bad-tool:<kind>``       break the tool call with that kind (needs ``tools``)
+  ``slow-first-token:<ms>`` streams: delay before the first event; JSON answers: extra delay
+  ``delay:<ms>``            delay before the response headers
+  ``endless``               an answer that never ends: a JSON body, or a chat stream of one tool call
+                            whose arguments (text, without tools) go on until the peer leaves
+
+Rate knobs (``FakeConfig``): ``error_rate`` (HTTP 500), ``reset_before_first_byte``, ``reset_mid_stream``,
+``malformed_sse``, ``bad_tool_rate``/``bad_tool_rates``; a forced header fault adds to them.
+Timing knobs: ``delay_ms`` before headers; ``first_token_delay_ms`` after the headers, before the first
+SSE event; ``chunk_delay_ms`` between SSE events. With no chunk delay a stream is written in one go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import struct
+import time
+from collections import deque
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from router.fake.config import FakeConfig
+from router.fake.faults import Plan, plan_of, send_endless
+from router.fake.responses import MALFORMED_RESPONSES, response_events, response_object, responses_tools
+from router.fake.tools import Answer, make_text, tool_answer
+from router.fake.wire import (
+    MALFORMED_ANTHROPIC,
+    MALFORMED_CHAT,
+    anthropic_events,
+    anthropic_message,
+    anthropic_tools,
+    chat_chunks,
+    chat_completion,
+    error_body,
+    openai_tools,
+    prompt_tokens,
+)
+
+__all__ = ["FakeConfig", "FakeServer", "create_fake_app", "run_fake", "start_fake"]
+
+
+class _State:
+    def __init__(self, config: FakeConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.log: deque[dict[str, Any]] = deque(maxlen=100)
+        self.requests = 0
+        self.streams = 0
+        self.server: web.Server | None = None
+
+
+STATE: web.AppKey[_State] = web.AppKey("fake_state", _State)
+_JSON = {"Content-Type": "application/json"}
+_SSE = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+def _error(status: int, message: str, anthropic: bool) -> web.Response:
+    headers = {**_JSON, "retry-after-ms": "10"} if status == 429 else _JSON
+    return web.Response(status=status, body=error_body(status, message, anthropic), headers=headers)
+
+
+def _record(st: _State, request: web.Request, raw: bytes) -> Any:
+    try:
+        body: Any = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        body = raw.decode("utf-8", "replace")
+    st.requests += 1
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    st.log.append({"method": request.method, "path": request.path, "headers": headers, "body": body})
+    return body
+
+
+def _authorized(st: _State, request: web.Request, anthropic: bool) -> bool:
+    key = st.config.api_key
+    if key is None or (anthropic and request.headers.get("x-api-key") == key):
+        return True
+    return request.headers.get("Authorization") == f"Bearer {key}"
+
+
+def _cut(request: web.Request) -> None:
+    """Reset the TCP connection: SO_LINGER 0 then abort, so the peer gets an RST."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+async def _send_json(request: web.Request, plan: Plan, body: bytes, headers: dict[str, str]) -> web.StreamResponse:
+    if plan.malformed:
+        body = body[: len(body) // 2]
+    if not plan.reset_mid:
+        return web.Response(body=body, headers={**_JSON, **headers})
+    resp = web.StreamResponse(headers={**_JSON, **headers})
+    resp.content_length = len(body)
+    await resp.prepare(request)
+    await resp.write(body[: len(body) // 2])
+    await asyncio.sleep(0.005)  # let the partial body reach the peer before the RST
+    _cut(request)
+    return resp
+
+
+async def _send_stream(
+    request: web.Request, st: _State, plan: Plan, events: list[bytes], headers: dict[str, str], bad: bytes
+) -> web.StreamResponse:
+    st.streams += 1
+    resp = web.StreamResponse(headers={**_SSE, **headers})
+    await resp.prepare(request)
+    if plan.malformed:
+        events.insert(2 if len(events) > 3 else 1, bad)
+    cut = max(2, len(events) // 2) if plan.reset_mid else -1
+    gap = st.config.chunk_delay_ms / 1000
+    if plan.first_ms > 0:
+        await asyncio.sleep(plan.first_ms / 1000)
+    if gap <= 0 and cut < 0:
+        await resp.write(b"".join(events))
+    else:
+        for i, event in enumerate(events):
+            if i == cut:
+                await asyncio.sleep(0.005)  # let the sent chunks reach the peer before the RST
+                _cut(request)
+                return resp
+            if i and gap > 0:
+                await asyncio.sleep(gap)
+            await resp.write(event)
+    await resp.write_eof()
+    return resp
+
+
+async def _serve(request: web.Request, api: str) -> web.StreamResponse:
+    """One answer of `api`: "chat" (completions), "messages" (Anthropic) or "responses" (OpenAI)."""
+    st = request.app[STATE]
+    raw = await request.read()
+    body = _record(st, request, raw)
+    anthropic = api == "messages"
+    if not _authorized(st, request, anthropic):
+        return _error(401, "fake upstream: invalid API key", anthropic)
+    if api == "responses" and isinstance(body, dict) and isinstance(body.get("input"), str | list):
+        inputs = body["input"]
+        body = {**body, "messages": inputs if isinstance(inputs, list) else [{"content": inputs}]}
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return _error(400, "fake upstream: body must be a JSON object with a 'messages' list", anthropic)
+    pick = {"chat": openai_tools, "messages": anthropic_tools, "responses": responses_tools}[api]
+    tools, chosen = pick(body)
+    if chosen is not None and all(name != chosen for name, _ in tools):
+        return _error(400, f"fake upstream: tool_choice names {chosen!r}, which is not in tools", anthropic)
+    if tools and _finished(body, chosen, st.config.finish_after):
+        tools = []
+    plan = plan_of(request.headers.get("x-fake-fault"), st.rng, st.config)
+    if isinstance(plan, str):
+        return _error(400, plan, anthropic)
+    # plan_of drew the fault floats; the rest is drawn here. All before the first await, so concurrency
+    # cannot interleave two requests' draws.
+    rid = st.rng.getrandbits(96)
+    cfg = st.config
+    if tools:
+        rates, kinds = cfg.bad_tool_rates, cfg.bad_kinds
+        answer = tool_answer(tools, chosen, st.rng, rates, cfg.bad_tool_rate, kinds, plan.bad_kind, cfg.prefer_tools)
+    else:
+        answer = Answer(text=make_text(st.rng, cfg.words))
+    if plan.reset:
+        _cut(request)
+        return web.Response(status=500)  # never sent: aiohttp drops it on the closed transport
+    stream = body.get("stream") is True
+    delay = plan.delay_ms + (0.0 if stream else plan.first_ms)
+    if delay > 0:
+        await asyncio.sleep(delay / 1000)
+    if plan.status:
+        return _error(plan.status, f"fake upstream: injected HTTP {plan.status}", anthropic)
+    if plan.endless:
+        return await send_endless(request, stream, answer.tool_name)
+    model = body.get("model")
+    model = model if isinstance(model, str) else cfg.model
+    prompt, completion = prompt_tokens(body), len(answer.text or answer.tool_args or "") // 4 + 1
+    headers = {"x-fake-defect": answer.defect} if answer.defect else {}
+    if api == "responses":
+        response = response_object(answer, f"{rid:024x}", model, (prompt, completion))
+        if stream:
+            return await _send_stream(request, st, plan, response_events(response), headers, MALFORMED_RESPONSES)
+        return await _send_json(request, plan, orjson.dumps(response), headers)
+    if anthropic:
+        message = anthropic_message(answer, f"msg_{rid:024x}", model, (prompt, completion))
+        if stream:
+            events = anthropic_events(answer, message)
+            return await _send_stream(request, st, plan, events, headers, MALFORMED_ANTHROPIC)
+        return await _send_json(request, plan, orjson.dumps(message), headers)
+    cid, created = f"chatcmpl-{rid:024x}", int(time.time())
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if stream:
+        options = body.get("stream_options")
+        with_usage = isinstance(options, dict) and options.get("include_usage") is True
+        events = chat_chunks(answer, cid, created, model, usage if with_usage else None)
+        return await _send_stream(request, st, plan, events, headers, MALFORMED_CHAT)
+    return await _send_json(request, plan, chat_completion(answer, cid, created, model, usage), headers)
+
+
+def _finished(body: dict[str, Any], chosen: str | None, after: int) -> bool:
+    """True when the tool loop is over: `after` tool results are in and no call is demanded."""
+    if after <= 0 or chosen is not None or body.get("tool_choice") in ("required", "any", {"type": "any"}):
+        return False
+    return tool_results(body["messages"]) >= after
+
+
+def tool_results(messages: list[Any]) -> int:
+    """Tool results in a conversation of any of the three APIs."""
+    n = 0
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        if m.get("role") == "tool" or str(m.get("type", "")).endswith("call_output"):
+            n += 1
+        elif isinstance(content := m.get("content"), list):
+            n += sum(1 for b in content if isinstance(b, dict) and b.get("type") == "tool_result")
+    return n
+
+
+def _api(name: str) -> Any:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await _serve(request, name)
+
+    return handler
+
+
+async def _models(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    _record(st, request, b"")
+    data = [{"id": st.config.model, "object": "model", "created": 0, "owned_by": "agent-router-fake"}]
+    return web.Response(body=orjson.dumps({"object": "list", "data": data}), headers=_JSON)
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response(body=b'{"status":"ok"}', headers=_JSON)
+
+
+async def _get_requests(request: web.Request) -> web.Response:
+    return web.Response(body=orjson.dumps(list(request.app[STATE].log)), headers=_JSON)
+
+
+async def _clear_requests(request: web.Request) -> web.Response:
+    request.app[STATE].log.clear()
+    return web.Response(body=b'{"cleared":true}', headers=_JSON)
+
+
+async def _stats(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    # Exact when served by start_fake; otherwise aiohttp's per-connection handler knows its server.
+    server = st.server or getattr(request.protocol, "_manager", None)
+    connections = len(server.connections) if server is not None else 1
+    body = {"requests": st.requests, "streams": st.streams, "open_connections": connections}
+    return web.Response(body=orjson.dumps(body), headers=_JSON)
+
+
+def create_fake_app(config: FakeConfig) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[STATE] = _State(config)
+    app.router.add_post("/v1/chat/completions", _api("chat"))
+    app.router.add_post("/v1/messages", _api("messages"))
+    app.router.add_post("/v1/responses", _api("responses"))
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/health", _health)
+    app.router.add_get("/_fake/requests", _get_requests)
+    app.router.add_delete("/_fake/requests", _clear_requests)
+    app.router.add_get("/_fake/stats", _stats)
+    return app
+
+
+class FakeServer:
+    """A running fake upstream. ``url`` ends in ``/v1``; use ``async with`` or ``await close()``."""
+
+    def __init__(self, app: web.Application, runner: web.AppRunner, host: str, port: int) -> None:
+        self.app, self.runner, self.host, self.port = app, runner, host, port
+        self.url = f"http://{host}:{port}/v1"
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+    async def __aenter__(self) -> FakeServer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def start_fake(config: FakeConfig, host: str = "127.0.0.1", port: int = 0) -> FakeServer:
+    app = create_fake_app(config)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    app[STATE].server = runner.server
+    return FakeServer(app, runner, host, int(runner.addresses[0][1]))
+
+
+def run_fake(config: FakeConfig, host: str, port: int) -> None:
+    """Serve until interrupted (the CLI's ``agent-router fake-upstream``)."""
+
+    def announce(_: str) -> None:
+        print(f"fake upstream on http://{host}:{port}/v1 (seed {config.seed})", flush=True)
+
+    web.run_app(create_fake_app(config), host=host, port=port, access_log=None, print=announce)

@@ -1,0 +1,370 @@
+"""Pure helpers for the fake upstream: deterministic text, schema-valid tool arguments, and defects.
+
+Nothing here does I/O. Every function takes the caller's ``random.Random`` so that the fake server
+stays deterministic for a given seed and request order (see ``router.fake``).
+
+Argument generation supports the JSON-schema subset that tool definitions use in practice:
+``type`` (string, number, integer, boolean, array, object, null, or a list of them), ``enum``,
+``const``, ``required``, nested ``properties``, ``items``, ``minItems``/``maxItems``/``uniqueItems``,
+``minimum``/``maximum`` (and their exclusive forms), ``multipleOf``, ``minLength``/``maxLength``,
+common ``format``s, ``anyOf``/``oneOf`` (first branch), ``allOf`` (merged) and local ``$ref``
+(``#/$defs/...``, ``#/definitions/...``). ``pattern`` is not honoured.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+BAD_KINDS: tuple[str, ...] = (
+    "invalid_json",
+    "unknown_tool",
+    "schema_violation",
+    "missing_tool_call",
+    "text_tool_call",
+)
+
+VOCAB: tuple[str, ...] = (
+    "the",
+    "quick",
+    "model",
+    "answers",
+    "a",
+    "question",
+    "about",
+    "routing",
+    "fast",
+    "calls",
+    "to",
+    "small",
+    "servers",
+    "while",
+    "full",
+    "tiers",
+    "handle",
+    "hard",
+    "cases",
+    "with",
+    "care",
+    "and",
+    "every",
+    "token",
+    "counts",
+    "for",
+    "agents",
+    "that",
+    "read",
+    "files",
+    "then",
+    "write",
+    "tests",
+    "on",
+    "time",
+    "so",
+    "latency",
+    "stays",
+    "low",
+    "today",
+)
+
+_STRING_HINTS: dict[str, str] = {
+    "location": "Paris",
+    "city": "Paris",
+    "country": "France",
+    "name": "Ada",
+    "query": "weather today",
+    "path": "src/main.py",
+    "file": "src/main.py",
+    "url": "https://example.com",
+    "email": "ada@example.com",
+    "unit": "celsius",
+    "language": "en",
+    "date": "2024-05-17",
+    "id": "item-1",
+    "command": "ls -la",
+}
+
+_FORMATS: dict[str, str] = {
+    "date": "2024-05-17",
+    "date-time": "2024-05-17T12:00:00Z",
+    "time": "12:00:00Z",
+    "email": "ada@example.com",
+    "uri": "https://example.com/a",
+    "url": "https://example.com/a",
+    "hostname": "example.com",
+    "ipv4": "192.0.2.1",
+    "ipv6": "2001:db8::1",
+    "uuid": "123e4567-e89b-12d3-a456-426614174000",
+}
+
+_MAX_DEPTH = 8
+
+
+@dataclass(slots=True)
+class Answer:
+    """What the fake model says, independent of the wire format (OpenAI or Anthropic)."""
+
+    text: str | None = None
+    tool_name: str | None = None
+    tool_args: str | None = None  # JSON text of the arguments (invalid on purpose for invalid_json)
+    call_id: str | None = None
+    defect: str | None = None  # the injected bad kind, if any
+
+
+def make_text(rng: random.Random, words: int) -> str:
+    chosen = rng.choices(VOCAB, k=max(1, words))
+    chosen[0] = chosen[0].capitalize()
+    return " ".join(chosen) + "."
+
+
+def _resolve(schema: Any, root: dict[str, Any]) -> Any:
+    ref = schema.get("$ref") if isinstance(schema, dict) else None
+    if not isinstance(ref, str) or not ref.startswith("#/"):
+        return schema
+    node: Any = root
+    for part in ref[2:].split("/"):
+        node = node.get(part.replace("~1", "/").replace("~0", "~")) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
+def _merge_all_of(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    merged = {k: v for k, v in schema.items() if k != "allOf"}
+    for sub in schema["allOf"]:
+        sub = _resolve(sub, root)
+        if not isinstance(sub, dict):
+            continue
+        for key, value in sub.items():
+            if key == "properties" and isinstance(value, dict):
+                merged["properties"] = {**merged.get("properties", {}), **value}
+            elif key == "required" and isinstance(value, list):
+                merged["required"] = [*merged.get("required", []), *value]
+            else:
+                merged.setdefault(key, value)
+    return merged
+
+
+def _type_of(schema: dict[str, Any]) -> str:
+    t = schema.get("type")
+    if isinstance(t, list):
+        t = next((x for x in t if x != "null"), "null")
+    if isinstance(t, str):
+        return t
+    if "properties" in schema:
+        return "object"
+    if "items" in schema:
+        return "array"
+    return "string"
+
+
+def _number(schema: dict[str, Any], rng: random.Random, integer: bool) -> int | float:
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    step = 1e-2 if not integer else 1
+    low = float(lo) if isinstance(lo, int | float) else -math.inf
+    high = float(hi) if isinstance(hi, int | float) else math.inf
+    if isinstance(xlo, int | float) and not isinstance(xlo, bool):
+        low = max(low, float(xlo) + step)
+    if isinstance(xhi, int | float) and not isinstance(xhi, bool):
+        high = min(high, float(xhi) - step)
+    if low == -math.inf:
+        low = 1.0 if high >= 1 else high - 100
+    if high == math.inf:
+        high = low + 100
+    mult = schema.get("multipleOf")
+    if isinstance(mult, int | float) and mult > 0:
+        k_lo, k_hi = math.ceil(low / mult), math.floor(high / mult)
+        k = rng.randint(k_lo, max(k_lo, k_hi))
+        value = k * mult
+        return int(value) if integer else value
+    if integer:
+        a, b = math.ceil(low), math.floor(high)
+        return rng.randint(a, max(a, b))
+    return round(rng.uniform(low, high), 2) if high - low > 0.02 else low
+
+
+def _string(schema: dict[str, Any], rng: random.Random, key: str) -> str:
+    fmt = schema.get("format")
+    value = _FORMATS.get(fmt) if isinstance(fmt, str) else None
+    if value is None:
+        lowered = key.lower()
+        value = next((v for k, v in _STRING_HINTS.items() if k in lowered), None) or rng.choice(VOCAB)
+    min_len, max_len = schema.get("minLength"), schema.get("maxLength")
+    if isinstance(min_len, int) and len(value) < min_len:
+        value = value + "x" * (min_len - len(value))
+    if isinstance(max_len, int) and len(value) > max_len:
+        value = value[:max_len]
+    return value
+
+
+def gen_value(schema: Any, rng: random.Random, root: dict[str, Any], key: str = "", depth: int = 0) -> Any:
+    """A value that validates against ``schema`` (for the supported subset)."""
+    schema = _resolve(schema, root)
+    if not isinstance(schema, dict) or depth > _MAX_DEPTH:
+        return None if depth > _MAX_DEPTH else "value"
+    if "allOf" in schema and isinstance(schema["allOf"], list):
+        schema = _merge_all_of(schema, root)
+    if "const" in schema:
+        return schema["const"]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    for combo in ("anyOf", "oneOf"):
+        branches = schema.get(combo)
+        if isinstance(branches, list) and branches:
+            return gen_value(branches[0], rng, root, key, depth + 1)
+    kind = _type_of(schema)
+    if kind == "string":
+        return _string(schema, rng, key)
+    if kind in ("integer", "number"):
+        return _number(schema, rng, kind == "integer")
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "null":
+        return None
+    if kind == "array":
+        return _array(schema, rng, root, key, depth)
+    return gen_object(schema, rng, root, depth)
+
+
+def _array(schema: dict[str, Any], rng: random.Random, root: dict[str, Any], key: str, depth: int) -> list[Any]:
+    low, high = schema.get("minItems"), schema.get("maxItems")
+    min_items: int = low if isinstance(low, int) else 1
+    max_items: int = high if isinstance(high, int) else max(2, min_items)
+    count = min(max(min_items, 1), max_items)
+    items = schema.get("items", {})
+    out: list[Any] = []
+    seen: set[bytes] = set()
+    unique = bool(schema.get("uniqueItems"))
+    for _ in range(count * 10 if unique else count):
+        value = gen_value(items, rng, root, key, depth + 1)
+        if unique:
+            blob = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+            if blob in seen and isinstance(value, str):
+                value = f"{value}{len(out)}"
+                blob = orjson.dumps(value)
+            if blob in seen:
+                continue
+            seen.add(blob)
+        out.append(value)
+        if len(out) >= count:
+            break
+    return out
+
+
+def gen_object(schema: dict[str, Any], rng: random.Random, root: dict[str, Any], depth: int = 0) -> dict[str, Any]:
+    props = schema.get("properties")
+    props = props if isinstance(props, dict) else {}
+    required = schema.get("required")
+    required = [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+    out: dict[str, Any] = {}
+    for name, sub in props.items():
+        if name in required or rng.random() < 0.5:
+            out[name] = gen_value(sub, rng, root, name, depth + 1)
+    for name in required:  # required but not described in properties
+        out.setdefault(name, "value")
+    return out
+
+
+def make_args(params: Any, rng: random.Random) -> dict[str, Any]:
+    root = params if isinstance(params, dict) else {}
+    return gen_object(_merge_all_of(root, root) if isinstance(root.get("allOf"), list) else root, rng, root)
+
+
+_WRONG: tuple[tuple[Any, frozenset[str]], ...] = (
+    ("not-a-number", frozenset({"string"})),
+    (12345, frozenset({"integer", "number"})),
+    ([1, 2], frozenset({"array"})),
+    (None, frozenset({"null"})),
+)
+
+
+def _wrong_value(sub: dict[str, Any]) -> Any:
+    """A value of a JSON type that ``sub`` does not allow (or, without ``type``, outside its enum)."""
+    t = sub.get("type")
+    allowed = {t} if isinstance(t, str) else {x for x in t if isinstance(x, str)} if isinstance(t, list) else set()
+    if not allowed:
+        enum = sub.get("enum") or []
+        return next(v for v in ("__not_in_enum__", 12345, None) if v not in enum)
+    return next((v for v, types in _WRONG if not types & allowed), 12345)
+
+
+def violate(params: Any, args: dict[str, Any], rng: random.Random) -> Any:
+    """Break ``args`` against ``params``: wrong type for an argument, or a missing required one.
+
+    Falls back to a JSON array (not an object) when the schema constrains nothing.
+    """
+    root: dict[str, Any] = params if isinstance(params, dict) else {}
+    root = _merge_all_of(root, root) if isinstance(root.get("allOf"), list) else root
+    props: dict[str, Any] = root["properties"] if isinstance(root.get("properties"), dict) else {}
+    listed = root.get("required")
+    required = [r for r in listed if isinstance(r, str)] if isinstance(listed, list) else []
+    typed: dict[str, dict[str, Any]] = {}
+    for name in [*required, *props]:
+        sub = _resolve(props.get(name), root)
+        if isinstance(sub, dict) and ("type" in sub or "enum" in sub):
+            typed.setdefault(name, sub)
+    broken = dict(args)
+    if required and (not typed or rng.random() < 0.5):
+        broken.pop(required[0], None)
+        return broken
+    if typed:
+        name, sub = next(iter(typed.items()))
+        broken[name] = _wrong_value(sub)
+        return broken
+    return [args]
+
+
+def unknown_name(offered: list[str]) -> str:
+    names = set(offered)
+    base = f"{offered[0]}_v2" if offered else "do_something"
+    candidate, n = base, 2
+    while candidate in names:
+        n += 1
+        candidate = f"{base}{n}"
+    return candidate
+
+
+def tool_answer(
+    tools: list[tuple[str, Any]],
+    chosen: str | None,
+    rng: random.Random,
+    rate: dict[str, float],
+    default_rate: float,
+    kinds: tuple[str, ...],
+    forced_kind: str | None,
+    prefer: tuple[str, ...] = (),
+) -> Answer:
+    """Plan a tool-call answer. Draw order: tool index, bad draw, kind index, args, call id. The tool is
+    `chosen`, else the first of `prefer` that is offered, else the drawn one (the draws are the same)."""
+    index = rng.randrange(len(tools))
+    bad_draw = rng.random()
+    kind_index = rng.randrange(len(kinds)) if kinds else 0
+    names = [n for n, _ in tools]
+    if (wanted := chosen or next((p for p in prefer if p in names), None)) is not None:
+        index = next((i for i, n in enumerate(names) if n == wanted), index)
+    name, params = tools[index]
+    args = make_args(params, rng)
+    call_id = f"call_{rng.getrandbits(96):024x}"
+    kind = forced_kind
+    if kind is None and kinds and bad_draw < rate.get(name, default_rate):
+        kind = kinds[kind_index]
+    text_args = orjson.dumps(args).decode()
+    if kind is None:
+        return Answer(tool_name=name, tool_args=text_args, call_id=call_id)
+    if kind == "invalid_json":
+        return Answer(tool_name=name, tool_args=text_args[:-1], call_id=call_id, defect=kind)
+    if kind == "unknown_tool":
+        bad_name = unknown_name([n for n, _ in tools])
+        return Answer(tool_name=bad_name, tool_args=text_args, call_id=call_id, defect=kind)
+    if kind == "schema_violation":
+        broken = orjson.dumps(violate(params, args, rng)).decode()
+        return Answer(tool_name=name, tool_args=broken, call_id=call_id, defect=kind)
+    if kind == "missing_tool_call":
+        return Answer(text=f"I will call {name} now.", defect=kind)
+    if kind == "text_tool_call":
+        return Answer(text=orjson.dumps({"name": name, "arguments": args}).decode(), defect=kind)
+    raise ValueError(f"unknown bad kind {kind!r}; expected one of {', '.join(BAD_KINDS)}")

