@@ -113,6 +113,28 @@ async def serve_app(app: web.Application) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
+async def start_uvicorn(app: Any, **options: Any) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
+    """`app` served by a real uvicorn on a free port, its lifespan on: (server, its task, base URL).
+    Stop it with `stop_uvicorn`."""
+    sock = free_socket()
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", **{"timeout_graceful_shutdown": 1, **options})
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    for _ in range(500):
+        if server.started or task.done():
+            break
+        await asyncio.sleep(0.01)
+    if task.done():
+        task.result()
+    assert server.started, "uvicorn did not start"
+    return server, task, f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+async def stop_uvicorn(server: uvicorn.Server, task: asyncio.Task[None]) -> None:
+    server.should_exit = True
+    await asyncio.wait_for(task, 10)
+
+
 @dataclass
 class Proxy:
     url: str  # ends with /v1
@@ -158,21 +180,8 @@ async def proxy_(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Proxy]
         path.write_text(policy_yaml)
         settings.setdefault("reload_policy", False)
         app = create_app(Settings(policy=path, **settings))
-        sock = free_socket()
-        options = {**server_options(app.state.router.settings), "timeout_graceful_shutdown": 1}
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", **options)
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve(sockets=[sock]))
+        server, task, base = await start_uvicorn(app, **server_options(app.state.router.settings))
         running.append((server, task))
-        for _ in range(500):
-            if server.started or task.done():
-                break
-            await asyncio.sleep(0.01)
-        if task.done():
-            task.result()
-        assert server.started, "proxy did not start"
-        port = sock.getsockname()[1]
-        base = f"http://127.0.0.1:{port}"
         return Proxy(f"{base}/v1", base, app.state.router, path, server, task)
 
     yield start

@@ -21,13 +21,12 @@ from typing import Any
 
 import orjson
 import pytest
-import uvicorn
 
 from router.app import create_app
 from router.fake import FakeConfig, FakeServer
 from router.settings import Settings
 from tests.api.helpers import fake_requests
-from tests.conftest import free_socket, policy_text
+from tests.conftest import policy_text, start_uvicorn, stop_uvicorn
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "node_modules" / ".bin"
@@ -106,21 +105,11 @@ async def stack(start_fake_: Callable[..., Awaitable[FakeServer]], tmp_path: Pat
     path.write_text(policy_text(fake.url, extra='aliases: {"*": auto}\n'))  # the CLIs' own model names too
     seen = Seen()
     app = recording(create_app(Settings(policy=path, reload_policy=False)), seen)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
-    sock = free_socket()
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    for _ in range(500):
-        if server.started or task.done():
-            break
-        await asyncio.sleep(0.01)
-    if task.done():
-        task.result()
-    assert server.started, "router did not start"
+    server, task, base = await start_uvicorn(app)
     try:
-        yield Stack(fake, f"http://127.0.0.1:{sock.getsockname()[1]}", seen)
+        yield Stack(fake, base, seen)
     finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
+        await stop_uvicorn(server, task)
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:

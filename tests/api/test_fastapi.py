@@ -15,11 +15,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import uvicorn
 
 from router.app import create_app, lifespan_of
 from router.settings import Settings
-from tests.conftest import free_socket, policy_text
+from tests.conftest import free_socket, policy_text, start_uvicorn, stop_uvicorn
 
 fastapi = pytest.importorskip("fastapi", reason="mounting under FastAPI needs fastapi (the `dev` extra)")
 
@@ -27,20 +26,11 @@ fastapi = pytest.importorskip("fastapi", reason="mounting under FastAPI needs fa
 @contextlib.asynccontextmanager
 async def serving(app: Any) -> AsyncIterator[str]:
     """`app` on a free port through uvicorn (its lifespan on); yields the base URL."""
-    sock = free_socket()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    for _ in range(500):
-        if server.started or task.done():
-            break
-        await asyncio.sleep(0.01)
-    if task.done():
-        task.result()
+    server, task, base = await start_uvicorn(app)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield base
     finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
+        await stop_uvicorn(server, task)
 
 
 def settings(tmp_path: Path, policy: str) -> Settings:
