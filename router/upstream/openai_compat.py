@@ -56,7 +56,9 @@ class OpenAICompatUpstream(PooledHTTP):
         return orjson.dumps(out)
 
     async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
-        return await self.post_json(self.url, self._payload(body, False), deadline, self._reply)
+        legacy = "functions" in body  # a client of the legacy API reads `function_call`; others never
+        payload = self._payload(body, False)
+        return await self.post_json(self.url, payload, deadline, lambda raw, data: self._reply(raw, data, legacy))
 
     def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
         heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
@@ -64,9 +66,11 @@ class OpenAICompatUpstream(PooledHTTP):
             self.url, self._payload(body, True), deadline, lambda raw: _without_repeated_heads(self._chunk(raw), heads)
         )
 
-    def _reply(self, raw: bytes, data: dict[str, Any]) -> Reply:
+    def _reply(self, raw: bytes, data: dict[str, Any], legacy: bool = False) -> Reply:
         if problem := _malformed(data, "message"):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
+        if not legacy and _drop_legacy_call(data):
+            return Reply(data)  # re-encoded without it
         return Reply(data, raw)
 
     def _native_payload(self, native: Native, stream: bool) -> bytes:
@@ -107,6 +111,19 @@ def _response(raw: bytes, response: dict[str, Any], tools: ToolMap) -> Reply:
     if not isinstance(response.get("output"), list):
         raise ValueError("a response without an output list")
     return Reply(completion_of(response, tools), raw, native=response)
+
+
+def _drop_legacy_call(data: dict[str, Any]) -> bool:
+    """Remove the legacy `function_call` that llama-cpp-python writes beside `tool_calls` (with a
+    stray ':' in its name) from an answer to a request that offered `tools`: such a client asked
+    for tool calls, which are checked; the unchecked copy is not sent. True if anything was removed."""
+    removed = False
+    for choice in data.get("choices") or ():
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict) and message.get("tool_calls") and "function_call" in message:
+            del message["function_call"]
+            removed = True
+    return removed
 
 
 def _no_system(messages: list[Any]) -> bool:

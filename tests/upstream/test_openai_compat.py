@@ -16,7 +16,7 @@ from router.fake import FakeConfig
 from router.policy.model import Tier
 from router.upstream.openai_compat import OpenAICompatUpstream
 from tests.api.helpers import fake_requests, post
-from tests.conftest import policy_text
+from tests.conftest import policy_text, serve_app, upstream_app
 
 CALL_ID = "call_1"
 
@@ -241,3 +241,35 @@ async def test_tools_system_fills_in_a_system_message_only_where_missing(start_f
     added, kept, no_tools = [r["body"]["messages"] for r in await fake_requests(fake.url)]
     assert added == [{"role": "system", "content": "You are a helpful assistant."}, user]
     assert kept == [own, user] and no_tools == [user]
+
+
+def legacy_copy_app() -> web.Application:
+    """Answers a tool call the way llama-cpp-python's server does: `tool_calls`, plus the legacy
+    `function_call` with a stray ':' in its name."""
+
+    async def chat(request: web.Request) -> web.Response:
+        call = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+        message = {
+            "role": "assistant",
+            "content": None,
+            "function_call": {**call, "name": "get_weather:"},
+            "tool_calls": [{"id": CALL_ID, "type": "function", "function": call}],
+        }
+        choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+        return web.json_response({"id": "c1", "object": "chat.completion", "model": "m", "choices": [choice]})
+
+    return upstream_app({"/v1/chat/completions": chat})
+
+
+async def test_the_legacy_function_call_copy_is_not_sent_to_tools_clients(proxy_) -> None:
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    async with serve_app(legacy_copy_app()) as url:
+        proxy = await proxy_(policy_text(url))
+        client = openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0)
+        answer = await client.chat.completions.create(
+            model="auto", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[weather]
+        )
+        await client.close()
+    message = answer.choices[0].message
+    assert message.function_call is None
+    assert [c.function.name for c in message.tool_calls or []] == ["get_weather"]
