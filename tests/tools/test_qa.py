@@ -34,7 +34,9 @@ async def ref() -> AsyncIterator[Reference]:
 
 async def recorded(proxy_: Start, fake: FakeServer, ref: Reference, db: Path, tools: list[str]) -> Proxy:
     """A proxy in shadow mode `record` on a SQLite file, after one call per tool in `tools`."""
-    proxy: Proxy = await proxy_(policy(fake.url, ref.url, shadow="{rate: 1.0, mode: record}", store=f"sqlite:///{db}"))
+    text = policy(fake.url, ref.url, shadow="{rate: 1.0, mode: record}", store=f"sqlite:///{db}")
+    # room for every sample even when SQLite writes lag on a busy machine (the busy bound is tested elsewhere)
+    proxy: Proxy = await proxy_(text, shadow_max_inflight=len(tools))
     for tool in tools:
         await call(proxy, tool)
     await settled(proxy)
