@@ -2,9 +2,9 @@
 
 The request is translated to a chat-completions call and run through the same pipeline as
 /v1/chat/completions; `x-router-*` headers as there, and `x-router-dropped-tools` naming the types of
-the client's tools a chat tier cannot run (web_search, ...), which it was not offered. A streamed
-response's final decision also rides on `response.completed` (`"router": {...}`) and in a trailing
-`: router {json}` comment.
+the client's tools a chat tier cannot run (web_search, ...) when the tier that answered is one (it was
+not offered them). A streamed response's final decision also rides on `response.completed`
+(`"router": {...}`) and in a trailing `: router {json}` comment.
 Responses are remembered (unless `store: false`) for `previous_response_id` in the process cache and
 the store (router/core/response_state.py); an unknown id, or one the store cannot look up, is a 400.
 
@@ -37,8 +37,6 @@ async def create(request: Request) -> Response:
         prev = await turns.previous(body, None, state)
         native = turns.passes_through(router.policy.current)
         turn = turns.prepare(body, lower_headers(request), prev, stream=stream, native=native)
-        router.metrics.observe_left_out("responses", turn.left_out)
-        left_out = turns.left_out_headers(turn)
 
         def save(entry: Stored) -> None:
             if turn.store:
@@ -48,9 +46,9 @@ async def create(request: Request) -> Response:
             trace, chunks = await pipeline.stream(router, turn.call)
             chunks = admission.to_stream(chunks)
             frames = framed(admission, trace, turns.events(turn, trace, chunks, save), sse_frame)
-            headers = {**SSE_HEADERS, **router_headers(trace), **left_out}
+            headers = {**SSE_HEADERS, **router_headers(trace), **turns.left_out(router, turn, trace)}
             return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
         trace, response = await turns.complete(router, turn, save)
         observe(router, trace, None)
-        headers = {**router_headers(trace), **left_out}
+        headers = {**router_headers(trace), **turns.left_out(router, turn, trace)}
         return Response(orjson.dumps(response), headers=headers, media_type="application/json")

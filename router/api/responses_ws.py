@@ -166,7 +166,6 @@ class Connection:
             prev = await turns.previous(body, self.cache, self.shared)
             native = turns.passes_through(self.router.policy.current)
             turn = turns.prepare(body, self.headers, prev, stream=True, native=native)
-            self.router.metrics.observe_left_out("responses", turn.left_out)
         except RouterError as exc:
             await self.send(error_event(exc))
             return
@@ -211,6 +210,7 @@ class Connection:
                 await self.send(events.error(RouterError("The router failed unexpectedly; the error was logged.")))
                 return
             ttft = asyncio.get_running_loop().time() - trace.started
+            turns.left_out(router, turn, trace)  # counted as on HTTP (no header to name it in)
             try:
                 async with aclosing(turns.events(turn, trace, router.open.stream(chunks), save, events)) as stream:
                     async for ev in stream:

@@ -71,6 +71,7 @@ class Trace:
         self.exhausted = False  # every attempt failed the checks (and the answer was refused or delivered)
         self.salvaged = False  # a call written as text was made structured (router/core/salvage.py)
         self.verdicts: list[str] = []  # "kind:accept|reject|unsure" per verified answer
+        self._native: dict[str, bool] = {}  # tier → its latest attempt got the client's own request
         self._repair_tool: str | None = None
         self._repaired_on: set[str] = set()  # tiers that had their one repair
         self._route = next((r for r in policy.routes if r.name == decision.route), None)
@@ -210,6 +211,15 @@ class Trace:
             return None
         other = hedge.tier or self._stronger(tier)
         return (other, hedge.after) if other != tier else None
+
+    def sent(self, tier: str, native: bool) -> None:
+        """An attempt on `tier` starts: with the client's request itself (`native`) or the chat body."""
+        self._native[tier] = native
+
+    @property
+    def answered_natively(self) -> bool:
+        """The tier answering now got the client's request as it came (nothing was left out of it)."""
+        return self._native.get(self.tier, False)
 
     def hedging(self, tier: str) -> None:
         self.tried.append(tier)

@@ -110,8 +110,10 @@ def _native(trace: Trace, upstream: Upstream, body: dict[str, Any]) -> tuple[Nat
 async def _reply(router: Runtime, trace: Trace, body: dict[str, Any], tier: str) -> AsyncIterator[Reply]:
     """One whole answer from `tier`, judged."""
     upstream = router.upstreams[tier]
+    pass_through = _native(trace, upstream, body)
+    trace.sent(tier, pass_through is not None)
     try:
-        if pass_through := _native(trace, upstream, body):
+        if pass_through:
             reply = await pass_through[0].complete_native(pass_through[1], trace.deadline)
         else:
             reply = await upstream.complete(body, trace.deadline)
@@ -131,7 +133,9 @@ async def _chunks(router: Runtime, trace: Trace, body: dict[str, Any], tier: str
     """`tier`'s stream through a gate: content as it comes, the rest once judged."""
     gate = Gate(tools_offered=bool(trace.call.features.tool_names))
     upstream = router.upstreams[tier]
-    if pass_through := _native(trace, upstream, body):
+    pass_through = _native(trace, upstream, body)
+    trace.sent(tier, pass_through is not None)
+    if pass_through:
         source = pass_through[0].stream_native(pass_through[1], trace.deadline)
     else:
         source = upstream.stream(body, trace.deadline)

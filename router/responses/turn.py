@@ -8,6 +8,7 @@
     events(turn, trace, chunks, save)  → Responses events of a pipeline stream (`event_builder(turn)` makes
                                        the builder when the caller sends `response.created` itself)
     warm_up(turn, save)                → created + completed events of `generate: false`
+    left_out(router, turn, trace)      what the answering tier was not sent (counted; the header)
 
 The pipeline does routing, validation, escalation and recording; nothing here repeats it. `save`
 receives the history through this response before its final event is sent, so a client that sends
@@ -110,6 +111,16 @@ def prepare(
     passed = Native("responses", native_body(request, history, t.tools), {}) if native else None
     call = Call(body, headers, features_of(body, headers), session, passed)
     return Turn(request, new_id("resp"), int(time.time()), call, history, t.new, t.tools, dict(t.left_out))
+
+
+def left_out(router: Runtime, turn: Turn, trace: Trace) -> dict[str, str]:
+    """What the tier answering `trace` was not sent of this request: counted in `router_left_out_total`,
+    its tool types named in the `x-router-dropped-tools` header. Nothing when that tier took the request
+    as it came (`apis: [responses]`): only a chat tier's view leaves things out."""
+    if trace.answered_natively or not turn.left_out:
+        return {}
+    router.metrics.observe_left_out("responses", turn.left_out)
+    return left_out_headers(turn)
 
 
 def left_out_headers(turn: Turn) -> dict[str, str]:

@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 
 from router.fake import FakeConfig
-from tests.api.helpers import assert_valid_weather_call, fake_requests, post
+from tests.api.helpers import assert_valid_weather_call, fake_requests, get, post
 from tests.conftest import policy_text
-from tests.responses.conftest import CALL_ITEM, TEXT_ITEM, TOOLS, assert_order, recv_response
+from tests.responses.conftest import CALL_ITEM, TEXT_ITEM, TOOLS, WEATHER, assert_order, recv_response
 
 
 def native_policy(fast_url: str, full_url: str, *, native: str = "full") -> str:
@@ -99,3 +100,38 @@ async def test_websocket_turns_on_a_native_tier(start_fake_, proxy_, sdk) -> Non
     sent: list[Any] = [r["body"] for r in await fake_requests(full.url, path="/v1/responses")]
     assert [len(b["input"]) if isinstance(b["input"], list) else 1 for b in sent] == [1, 3]
     assert all(b["stream"] is True for b in sent)
+
+
+def _left_out(metrics: str) -> list[str]:
+    return [line for line in metrics.splitlines() if line.startswith("router_left_out_total{")]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_hosted_tools_are_named_dropped_only_when_a_chat_tier_answered(start_fake_, proxy_, sdk, stream) -> None:
+    """web_search is left out only of what a chat tier sees: `x-router-dropped-tools` and
+    `router_left_out_total` name it when the chat tier answered, not after an escalation to the tier
+    that took the request (and the hosted tool) as it came."""
+    good = await start_fake_(FakeConfig(seed=11))
+    bad = await start_fake_(FakeConfig(seed=12, bad_tool_rate=1.0, bad_kinds=("invalid_json",)))
+    full = await start_fake_(FakeConfig(seed=13))
+    body = {"model": "auto", "input": "Weather in Paris?", "tools": [{"type": "web_search"}, WEATHER], "stream": stream}
+
+    escalated = await proxy_(native_policy(bad.url, full.url))
+    raw = await post(escalated.url + "/responses", body)
+    assert raw.status == 200
+    assert (raw.headers["x-router-tier"], raw.headers["x-router-mistakes"]) == ("full", "invalid_json")
+    assert "x-router-dropped-tools" not in raw.headers
+    [native] = [r["body"] for r in await fake_requests(full.url, path="/v1/responses")]
+    assert {"type": "web_search"} in native["tools"]  # the tier that answered got it
+    assert _left_out((await get(escalated.base + "/metrics")).body.decode()) == []
+    if stream:  # WebSocket mode counts as HTTP does
+        async with sdk(escalated.url).responses.connect() as conn:
+            await conn.response.create(model="auto", input="Weather in Rome?", tools=body["tools"])
+            assert (await recv_response(conn))[-1].type == "response.completed"
+        assert _left_out((await get(escalated.base + "/metrics")).body.decode()) == []
+
+    answered = await proxy_(native_policy(good.url, full.url))
+    raw = await post(answered.url + "/responses", body)
+    assert (raw.headers["x-router-tier"], raw.headers["x-router-dropped-tools"]) == ("fast", "web_search")
+    metrics = _left_out((await get(answered.base + "/metrics")).body.decode())
+    assert metrics == ['router_left_out_total{api="responses",part="tool",type="web_search"} 1.0']
