@@ -3,7 +3,9 @@
 Protocol (OpenAI's Responses WebSocket mode, as the `openai` SDK's `responses.connect()` speaks it):
 the client sends JSON text frames `{"type": "response.create", ...the POST body...}` (`stream` is
 implicit and ignored); the server answers each with the same events as the SSE stream, one JSON text
-frame per event, ending in `response.completed` (or `response.incomplete`, or `error`).
+frame per event, ending in `response.completed` (or `response.incomplete`, or `error`): like there,
+`response.created` goes out with the answer's first chunk (it names the model that answers), and a
+failure before it is one `error` event.
 `generate: false` stores the input as a response without calling a model (warm-up).
 `previous_response_id` is looked up on this connection first, then in the process cache, then in the
 store (router/core/response_state.py); a miss is an `error` event and the socket stays open.
@@ -189,30 +191,27 @@ class Connection:
             await self.send(error_event(exc))
             return
         try:
-            # created + in_progress go out before the upstream answers: the client parses them while
-            # the model thinks (off the TTFT path); a failure then is an `error` event, as later ones.
-            events = turns.event_builder(turn)
-            for ev in events.start():
-                await self.send(ev)
+            # created + in_progress go out with the first chunk, as on SSE, so that they name the model
+            # that answers; a failure before it is one `error` event (nothing of a response was sent).
             try:
                 with router.open.running():  # ended, in this API's shape, at shutdown
                     trace, chunks = await pipeline.stream(router, turn.call)
             except asyncio.CancelledError:
                 if (reason := router.open.ended()) is None:
                     raise
-                await self.send(events.error(reason))
+                await self.send(error_event(reason))
                 return
             except RouterError as exc:
-                await self.send(events.error(exc))
+                await self.send(error_event(exc))
                 return
             except Exception as exc:  # no traceback: it could carry request data or upstream details
                 log.error("unexpected %s in response %s", type(exc).__name__, turn.id)
-                await self.send(events.error(RouterError("The router failed unexpectedly; the error was logged.")))
+                await self.send(error_event(RouterError("The router failed unexpectedly; the error was logged.")))
                 return
             ttft = asyncio.get_running_loop().time() - trace.started
             turns.left_out(router, turn, trace)  # counted as on HTTP (no header to name it in)
             try:
-                async with aclosing(turns.events(turn, trace, router.open.stream(chunks), save, events)) as stream:
+                async with aclosing(turns.events(turn, trace, router.open.stream(chunks), save)) as stream:
                     async for ev in stream:
                         await self.send(ev)
             finally:

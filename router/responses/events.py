@@ -84,7 +84,11 @@ class EventBuilder:
             finish_reason=self.finish_reason,
         )
 
-    def start(self) -> list[Event]:
+    def start(self, first: Mapping[str, Any] | None = None) -> list[Event]:
+        """`response.created` and `.in_progress`; `first`: the answer's first chunk, whose model the
+        response names from the start (as OpenAI's do, every envelope event names the same model)."""
+        if first is not None and isinstance(first.get("model"), str):
+            self.model = first["model"]
         snapshot = self.response("in_progress")
         created = self.event("response.created", response=snapshot)
         return [created, self.event("response.in_progress", response=snapshot)]

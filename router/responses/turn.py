@@ -5,8 +5,7 @@
     prepare(request, headers, prev)    → Turn: the chat body as a `Call` (with the request itself for tiers
                                        that serve Responses: native.py), the new messages, the session
     complete(router, turn, save)       → (trace, Response object)          non-streaming
-    events(turn, trace, chunks, save)  → Responses events of a pipeline stream (`event_builder(turn)` makes
-                                       the builder when the caller sends `response.created` itself)
+    events(turn, trace, chunks, save)  → Responses events of a pipeline stream
     warm_up(turn, save)                → created + completed events of `generate: false`
     left_out(router, turn, trace)      what the answering tier was not sent (counted; the header)
 
@@ -163,20 +162,19 @@ def event_builder(turn: Turn) -> EventBuilder:
     return EventBuilder(turn.request, turn.id, turn.created_at, turn.tools)
 
 
-async def events(
-    turn: Turn, trace: Trace, chunks: AsyncIterator[Chunk], save: Save, started: EventBuilder | None = None
-) -> AsyncGenerator[Event, None]:
-    """The events of one streamed response; `started`: a builder whose `start()` events were sent
-    already. The chunk stream is closed however this ends (closing the pipeline's generator closes
-    the upstream connection mid-answer)."""
-    b = started
-    if b is None:
-        b = event_builder(turn)
-        for ev in b.start():
-            yield ev
+async def events(turn: Turn, trace: Trace, chunks: AsyncIterator[Chunk], save: Save) -> AsyncGenerator[Event, None]:
+    """The events of one streamed response, from a pipeline stream (whose first chunk is there
+    already: `response.created` names its model at no wait). The chunk stream is closed however
+    this ends (closing the pipeline's generator closes the upstream connection mid-answer)."""
+    b = event_builder(turn)
     try:
+        first = await anext(chunks, None)
+        for ev in b.start(first.data if first is not None else None):
+            yield ev
+        for ev in _feed(b, first) if first is not None else ():
+            yield ev
         async for chunk in chunks:
-            for ev in b.feed(chunk.data) if chunk.native is None else b.feed_native(chunk.native, chunk.data):
+            for ev in _feed(b, chunk):
                 yield ev
     except RouterError as exc:
         yield b.error(exc)
@@ -192,6 +190,10 @@ async def events(
         yield ev
     save(turn.remember(b.output))
     yield b.final(router=orjson.loads(summary(trace)))
+
+
+def _feed(b: EventBuilder, chunk: Chunk) -> list[Event]:
+    return b.feed(chunk.data) if chunk.native is None else b.feed_native(chunk.native, chunk.data)
 
 
 def warm_up(turn: Turn, save: Save) -> list[Event]:

@@ -101,6 +101,21 @@ async def test_sse_wire_format(fake, proxy_) -> None:
     assert [c for c in comments if c.startswith(b"router ")] and orjson.loads(comments[-1][7:])["tier"] == "full"
 
 
+ENVELOPE = ("response.created", "response.in_progress", "response.completed")
+
+
+async def test_sse_envelope_names_the_answering_model_throughout(start_fake_, proxy_, sdk) -> None:
+    """created, in_progress and completed name one model, as OpenAI's do: the one that answered (never
+    the `auto` the client asked for), after an invisible escalation too."""
+    good = await start_fake_(FakeConfig(seed=21))
+    bad = await start_fake_(FakeConfig(seed=22, bad_tool_rate=1.0, bad_kinds=("invalid_json",)))
+    for fast, model in ((good, "fast-model"), (bad, "full-model")):
+        proxy = await proxy_(policy_text(fast.url, good.url, extra=ESCALATE))
+        async with sdk(proxy.url).responses.stream(model="auto", input="Weather?", tools=TOOLS) as stream:
+            envelope = [e.response.model async for e in stream if e.type in ENVELOPE]
+        assert envelope == [model] * 3
+
+
 async def test_tool_loop_with_previous_response_id(fake, proxy_, sdk) -> None:
     """Each turn sends only its new items; the upstream gets the whole conversation every time."""
     proxy = await proxy_(policy_text(fake.url, extra=ESCALATE))

@@ -66,6 +66,7 @@ async def test_a_broken_fast_call_escalates_to_the_native_tier_invisibly(start_f
     assert_valid_weather_call(done["output"][0]["name"], done["output"][0]["arguments"])
     assert all(e.get("output_index", 0) == 0 for e in events)
     assert streamed.headers["x-router-tier"] == "full"
+    assert [e["response"]["model"] for e in events if "response" in e] == ["full-model"] * 3
 
 
 async def test_the_native_tier_is_checked_like_any_other(start_fake_, proxy_, sdk) -> None:

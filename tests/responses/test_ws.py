@@ -41,6 +41,22 @@ async def test_several_turns_on_one_connection(fake, proxy_, sdk) -> None:
     assert sent[2][4] == {"role": "user", "content": "thanks"}
 
 
+async def test_envelope_names_the_answering_model_throughout(start_fake_, proxy_, sdk) -> None:
+    """As on SSE: created, in_progress and completed name the model that answered, escalated or not."""
+    good = await start_fake_(FakeConfig(seed=21))
+    bad = await start_fake_(FakeConfig(seed=22, bad_tool_rate=1.0, bad_kinds=("invalid_json",)))
+    for fast, model in ((good, "fast-model"), (bad, "full-model")):
+        proxy = await proxy_(policy_text(fast.url, good.url, extra=ESCALATE))
+        async with sdk(proxy.url).responses.connect() as conn:
+            await conn.response.create(model="auto", input="Weather?", tools=TOOLS)
+            events = await recv_response(conn)
+        envelope = [e.response.model for e in events if e.type.startswith("response.") and hasattr(e, "response")]
+        assert [e.type for e in events if hasattr(e, "response")] == [
+            "response.created", "response.in_progress", "response.completed",
+        ]  # fmt: skip
+        assert envelope == [model] * 3
+
+
 async def test_generate_false_warms_up_without_a_model_call(fake, proxy_, sdk) -> None:
     proxy = await proxy_(policy_text(fake.url, extra=ESCALATE))
     async with sdk(proxy.url).responses.connect() as conn:
@@ -176,7 +192,7 @@ async def test_upstream_failure_is_an_error_event_and_the_socket_stays(start_fak
     async with sdk(proxy.url).responses.connect() as conn:
         await conn.response.create(model="auto", input="hi")
         failed = await recv_response(conn)
-        assert [e.type for e in failed] == ["response.created", "response.in_progress", "error"]
+        assert [e.type for e in failed] == ["error"]  # nothing of a response was begun
         assert failed[-1].code == "upstream_error" and failed[-1].model_extra["status"] == 502
         await conn.response.create(model="auto", input="Weather?", tools=TOOLS)
         assert (await recv_response(conn))[-1].type == "response.completed"
