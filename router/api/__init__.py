@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, NoReturn
 
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
+from starlette.types import Scope
 
+from router.api import access
 from router.errors import BodyTooLarge, ClientGone, Overloaded, RequestTimeout, RouterError, Unauthorized
 from router.upstream.base import Chunk
 
@@ -82,17 +84,24 @@ def observe(router: Runtime, trace: Trace, ttft: float | None) -> None:
 
 class Admission:
     """One place among the calls in flight (`router.inflight`, which changes only here): taken when
-    made, given back by the first `release()` (later ones do nothing)."""
+    made, given back by the first `release()` (later ones do nothing). `served()` counts the call and
+    gives its access log line (`scope`: the request's) the final decision."""
 
-    __slots__ = ("_held", "router")
+    __slots__ = ("_held", "router", "scope")
 
-    def __init__(self, router: Runtime) -> None:
+    def __init__(self, router: Runtime, scope: Scope | None = None) -> None:
         if router.inflight >= router.settings.max_concurrency:
             router.metrics.refused.labels("overloaded").inc()
             raise Overloaded("Too many calls in flight; retry shortly.")
         router.inflight += 1
         self.router = router
+        self.scope = scope
         self._held = True
+
+    def served(self, trace: Trace, ttft: float | None) -> None:
+        observe(self.router, trace, ttft)
+        if self.scope is not None:
+            access.note(self.scope, trace)
 
     def release(self) -> None:
         if self._held:
@@ -106,8 +115,8 @@ class Admitted(Admission):
 
     __slots__ = ("body", "streaming")
 
-    def __init__(self, router: Runtime, body: bytes) -> None:
-        super().__init__(router)
+    def __init__(self, router: Runtime, body: bytes, scope: Scope | None = None) -> None:
+        super().__init__(router, scope)
         self.body = body
         self.streaming = False
 
@@ -124,7 +133,7 @@ async def admitted(request: Request) -> AsyncIterator[Admitted]:
     router = router_of(request)
     authorize(router, request)
     body = await read_body(request, router)  # before a place is taken: a slow body holds none
-    call = Admitted(router, body)  # 503 when too many calls are in flight
+    call = Admitted(router, body, request.scope)  # 503 when too many calls are in flight
     with router.open.running() as task:
         watch = asyncio.create_task(_until_gone(request, router, task))
         try:

@@ -4,8 +4,10 @@
 
 A pure ASGI middleware, so it sees every request the app answers (errors, refusals and streams
 included, a stream when its last byte is sent) and costs one dict lookup per response start. The
-tier, route and escalation come from the `x-router-*` headers the call was answered with; `-` where
-a request was not routed. A WebSocket connection is one line when it closes (status 101).
+tier, route and escalation come from the `x-router-*` headers the call was answered with, or — for a
+stream, whose headers left with its first chunk — from the call's final decision (`note`, when the
+stream ends: after an escalation that came once text was sent, the tier that answered); `-` where a
+request was not routed. A WebSocket connection is one line when it closes (status 101).
 `AGENT_ROUTER_ACCESS_LOG=false` (or `serve --no-access-log`) turns it off.
 """
 
@@ -13,13 +15,23 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from router.core.escalation import Trace
 
 log = logging.getLogger("router.access")
 
 _WANTED = {b"x-router-tier": "tier", b"x-router-route": "route", b"x-router-escalated": "escalated"}
+_SEEN = "router.access"  # the scope's key of what the line will say
+
+
+def note(scope: Scope, trace: Trace) -> None:
+    """The call's final decision, for its line (nothing when the log is off)."""
+    if (seen := scope.get(_SEEN)) is not None:
+        seen.update(tier=trace.tier, route=trace.route, escalated="true" if trace.escalated else "false")
 
 
 class AccessLog:
@@ -32,6 +44,7 @@ class AccessLog:
             return
         started = time.perf_counter()
         seen: dict[str, Any] = {"status": 101 if scope["type"] == "websocket" else 500}
+        scope[_SEEN] = seen
 
         async def sending(message: Message) -> None:
             if message["type"] in ("http.response.start", "websocket.http.response.start"):  # or a WS denial

@@ -5,8 +5,9 @@
 turns the pipeline's items (chunks, or a transport's events) into SSE bytes: `frame(item)` for
 each, items that arrived together (`Chunk.more`) in one write; an error after the first byte becomes
 `fail(error)`, and the stream ends with `close()`, the `: router {json}` comment (the call's final
-decision) and `done`. However it ends, the call's place in flight is released, the call counted, and
-`items` closed (an abandoned stream's upstream call ends at once).
+decision) and `done`. However it ends, the call's place in flight is released, the call counted (its
+access log line given the final decision), and `items` closed (an abandoned stream's upstream call
+ends at once).
 WebSocket mode sends events as messages instead (router/api/responses_ws.py).
 """
 
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from router.api import Admission, observe
+from router.api import Admission
 from router.api.headers import summary
 from router.errors import RouterError
 
@@ -71,4 +72,4 @@ async def framed(
                 await items.aclose()
         finally:
             admission.release()
-            observe(admission.router, trace, ttft)
+            admission.served(trace, ttft)
