@@ -111,3 +111,29 @@ async def test_after_text_the_final_records_name_the_tier_that_answered(
     metrics = (await get(proxy.base + "/metrics")).body.decode()
     assert 'router_calls_total{escalated="true",route="simple-tool-call",tier="full"} 1.0' in metrics
     assert 'router_calls_total{escalated="false",route="simple-tool-call",tier="fast"}' not in metrics
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_announced_call_reads_as_its_text_then_the_next_tiers_call(start_fake_, proxy_, transport) -> None:
+    """The fast tier's "I will call get_weather now." is not held (text never waits for its check: it
+    would delay every text stream), so it reached the client before the answer was found to make no
+    call; the full tier's call follows in the same message, a valid text-then-call answer in each API
+    (docs/policy.md, "After text was sent")."""
+    proxy = await two_tiers(start_fake_, proxy_, "missing_tool_call")
+    path, body = request(transport)
+    raw = await post(proxy.base + path, body)
+    events = sse(raw.body)[0]
+    models, text, calls = read(transport, events)
+    assert (text, calls) == ("I will call get_weather now.", ["get_weather"])
+    if transport == "chat":
+        assert models == ["fast-model", "full-model"]  # each chunk as its tier wrote it
+        assert [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]] == ["tool_calls"]
+    elif transport == "responses":
+        assert models == ["fast-model"]  # every envelope event: the model of the first chunk, as the headers
+        assert [i["type"] for i in events[-1]["response"]["output"]] == ["message", "function_call"]
+    else:
+        assert models == ["fast-model"]
+        blocks = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
+        assert blocks == ["text", "tool_use"]
+        [stop] = [e["delta"]["stop_reason"] for e in events if e["type"] == "message_delta"]
+        assert stop == "tool_use"
