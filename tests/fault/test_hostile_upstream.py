@@ -87,6 +87,36 @@ async def test_an_endless_sse_line_is_bounded(start_fake_, proxy_) -> None:
         assert await tripped(proxy.base, "upstream_body") == 1
 
 
+async def test_many_small_events_at_once_are_not_one_big_event(proxy_) -> None:
+    """The SSE bound is per event: 400 events of ~150 bytes sent in one write (60 KB, read as one
+    block) pass a 1 KiB `upstream_max_body_bytes`, which only the event being read counts against."""
+    from aiohttp import web
+
+    from tests.conftest import serve_app, upstream_app
+
+    base = {"id": "c", "object": "chat.completion.chunk", "model": "m"}
+
+    def event(delta: dict, finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return b"data: " + orjson.dumps({**base, "choices": [choice]}) + b"\n\n"
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        words = b"".join(event({"content": f"word{i:04d} " + "x" * 60}) for i in range(400))
+        await resp.write(event({"role": "assistant", "content": ""}) + words + event({}, "stop") + b"data: [DONE]\n\n")
+        return resp
+
+    async with serve_app(upstream_app({"/v1/chat/completions": chat})) as url:
+        proxy = await proxy_(policy_text(url, extra="escalation: {max_attempts: 1}\n"), upstream_max_body_bytes=1024)
+        async with asyncio.timeout(15):
+            raw = await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER, "stream": True})
+        chunks, _, done = sse(raw.body)
+        assert done, raw.body[-300:]
+        assert sum("word" in (c["choices"][0]["delta"].get("content") or "") for c in chunks if c.get("choices")) == 400
+        assert await tripped(proxy.base, "upstream_body") == 0
+
+
 @pytest.mark.timeout(30)
 def test_the_gate_joins_long_arguments_in_linear_time() -> None:
     """40,000 argument deltas of 1,000 characters (40 MB): joined once, this takes well under a
