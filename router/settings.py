@@ -75,11 +75,16 @@ class Settings(BaseSettings):
     max_header_bytes: int = Field(64 * 1024, ge=1024, description="bytes of request line and headers → 431, closed")
     body_timeout: float = Field(60.0, gt=0, description="seconds to receive a request's body → 408, closed")
     keep_alive_timeout: float = Field(5.0, gt=0, description="seconds an idle keep-alive connection stays open")
+    # what a real answer needs: today's largest output budgets are 64k-128k tokens, ~0.5 Mi characters at
+    # ~4 a token; as JSON, escaping at most doubles ASCII text and \u-escaped non-Latin text is ~1.5 MiB.
+    # The bounds below leave 2x room or more over that; answers with `logprobs` over thousands of tokens,
+    # audio, or a large `n` can need more (raise them). They bound the memory and the time a tier that never
+    # stops may take from a call before it escalates; the CPU such a tier costs is the rate it sends at.
     upstream_max_body_bytes: int = Field(
-        16 * 1024 * 1024, ge=1024, description="an upstream JSON answer or SSE event over this → upstream error"
+        4 * 1024 * 1024, ge=1024, description="an upstream JSON answer or SSE event over this → upstream error"
     )
     upstream_max_answer_chars: int = Field(
-        4 * 1024 * 1024, ge=1024, description="characters of text and tool-call arguments one stream may carry"
+        1024 * 1024, ge=1024, description="characters of text and tool-call arguments one stream may carry"
     )
     max_schema_bytes: int = Field(
         256 * 1024, ge=1024, description="a tool schema bigger than this (as JSON) → 400: too costly to check"

@@ -62,6 +62,41 @@ async def test_an_endless_json_body_from_the_only_tier_is_a_502(start_fake_, pro
     assert proxy.router.inflight == 0
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_the_default_bounds_pass_an_answer_as_long_as_any_model_writes(start_fake_, proxy_, stream) -> None:
+    """131,072 words — more than the largest output budget today (128k tokens) — pass the default
+    `upstream_max_body_bytes` and `upstream_max_answer_chars` whole."""
+    long = await start_fake_(FakeConfig(seed=1, words=131_072))
+    proxy = await proxy_(policy_text(long.url, extra="escalation: {max_attempts: 1}\n"))
+    async with asyncio.timeout(50):
+        raw = await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER, "stream": stream})
+    assert raw.status == 200, raw.body[:300]
+    if stream:
+        chunks, _, done = sse(raw.body)
+        text = "".join((c["choices"][0]["delta"].get("content") or "") for c in chunks if c.get("choices"))
+        assert done
+    else:
+        text = orjson.loads(raw.body)["choices"][0]["message"]["content"]
+    assert len(text.split()) == 131_072
+    assert await tripped(proxy.base, "upstream_body") == await tripped(proxy.base, "upstream_answer") == 0
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_the_default_bounds_cut_an_endless_answer(start_fake_, proxy_, stream) -> None:
+    """At 4 MiB of JSON body, or 1 Mi characters of streamed arguments, with default settings."""
+    endless = await start_fake_(FakeConfig(seed=1, endless=True))
+    proxy = await proxy_(policy_text(endless.url, extra="escalation: {max_attempts: 1}\n"))
+    body = {"model": "auto", "messages": USER, "tools": TOOLS, "stream": stream}
+    async with asyncio.timeout(15):
+        raw = await post(proxy.url + "/chat/completions", body)
+    if stream:
+        assert f"over the limit of {1024 * 1024}" in raw.body.decode()
+    else:
+        assert f"over the limit of {4 * 1024 * 1024}" in assert_error_body(raw, 502, type_="upstream_error")["message"]
+    assert await tripped(proxy.base, "upstream_answer" if stream else "upstream_body") == 1
+
+
 async def test_an_endless_sse_line_is_bounded(start_fake_, proxy_) -> None:
     """One `data:` line that never ends (no newline ever) is refused at the same bound as a body."""
     from aiohttp import web
