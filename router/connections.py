@@ -56,6 +56,48 @@ def connection_cap(settings: Settings) -> int:
     return max(16, soft * 3 // 4) if soft != resource.RLIM_INFINITY else 1 << 20
 
 
+class Idle:
+    """A server's connections waiting for a request, each kind oldest first: `fresh` ones never sent
+    one, `kept` ones are kept alive after one. Insertion-ordered dicts: a victim is found in O(1),
+    not by a scan of every connection at each new one (a flood of silent connections is one new
+    connection per eviction)."""
+
+    __slots__ = ("fresh", "kept")
+
+    def __init__(self) -> None:
+        self.fresh: dict[Any, None] = {}
+        self.kept: dict[Any, None] = {}
+
+    @staticmethod
+    def of(protocol: Any) -> Idle:
+        """The server's (kept in uvicorn's state, which all its connections share)."""
+        state = protocol.server_state
+        idle: Idle | None = getattr(state, "router_idle", None)
+        if idle is None:
+            idle = state.router_idle = Idle()
+        return idle
+
+    def waiting(self, conn: Any, served: bool) -> None:
+        self.fresh.pop(conn, None)
+        self.kept.pop(conn, None)
+        (self.kept if served else self.fresh)[conn] = None
+
+    def busy(self, conn: Any) -> None:
+        self.fresh.pop(conn, None)
+        self.kept.pop(conn, None)
+
+    def victim(self) -> Any | None:
+        """The connection that waited longest, never-served ones first; entries no longer waiting
+        (closing, or answered before their body came) are dropped on the way."""
+        for pool in (self.fresh, self.kept):
+            while pool:
+                conn = next(iter(pool))
+                del pool[conn]
+                if conn._waiting() and not conn.transport.is_closing():
+                    return conn
+        return None
+
+
 def _router(protocol: Any) -> Runtime | None:
     state = getattr(protocol, "app_state", None)
     return state.get("router") if isinstance(state, dict) else None
@@ -66,21 +108,21 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
 
     class Guarded(base):  # type: ignore[misc]
         _router: Runtime | None = None
+        _idle: Idle | None = None
         _timer: asyncio.TimerHandle | None = None
         _header_bytes = 0
-        _served = 0
-        _idle_since = 0.0
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
             self._router = router = _router(self)
-            self._idle_since = self.loop.time()
             if router is None:
                 return
+            self._idle = Idle.of(self)
             if len(self.connections) > connection_cap(router.settings) and not self._evict_one():
                 router.metrics.tripped("connections_refused")
                 self._close(_BUSY)
                 return
+            self._idle.waiting(self, served=False)
             self._arm()
 
         def data_received(self, data: bytes) -> None:
@@ -92,6 +134,8 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
             if self.cycle is not before or self.transport.get_protocol() is not self:  # headers in, or upgraded
                 self._disarm()
                 self._header_bytes = 0
+                if self._idle is not None:
+                    self._idle.busy(self)
             elif self._waiting():
                 self._header_bytes += len(data)
                 if self._header_bytes > router.settings.max_header_bytes:
@@ -101,12 +145,14 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
                     self._arm()
 
         def on_response_complete(self) -> None:
-            self._served += 1
-            self._idle_since = self.loop.time()
+            if self._idle is not None:
+                self._idle.waiting(self, served=True)
             super().on_response_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._idle is not None:
+                self._idle.busy(self)
             super().connection_lost(exc)
 
         def timeout_keep_alive_handler(self) -> None:
@@ -148,15 +194,10 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
 
         def _evict_one(self) -> bool:
             """Close the idle connection that waited longest — one that never sent a request first."""
-            idle = [
-                c
-                for c in self.connections
-                if c is not self and isinstance(c, Guarded) and c._waiting() and not c.transport.is_closing()
-            ]
-            if not idle:
+            assert self._router is not None and self._idle is not None
+            victim = self._idle.victim()
+            if victim is None:
                 return False
-            victim = min(idle, key=lambda c: (c._served > 0, c._idle_since))
-            assert self._router is not None
             self._router.metrics.tripped("connections_evicted")
             victim._close(_TIMEOUT)
             return True

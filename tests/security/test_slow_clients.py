@@ -29,6 +29,7 @@ from tests.fault.test_hostile_upstream import tripped
 
 LIMITS = {"header_timeout": 0.5, "body_timeout": 1.0, "max_header_bytes": 4096}
 REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+SLOW_BODY_HEAD = REQUEST + b"content-type: application/json\r\n"
 
 
 @contextlib.asynccontextmanager
@@ -119,6 +120,42 @@ async def test_silent_connections_over_the_cap_make_room_for_real_calls(start_fa
                 closed += 1
         assert closed >= 12  # at most 8 connections open at a time
     assert await tripped(proxy.base, "connections_evicted") >= 12
+
+
+async def test_the_connection_closed_for_a_new_one_is_the_longest_silent(start_fake_, proxy_) -> None:
+    """At the cap, connections that never sent a request go first, oldest first; a kept-alive one
+    that was served waits until none of them is left, and one in the middle of a request never goes."""
+    fast = await start_fake_(FakeConfig(seed=1))
+    proxy = await proxy_(policy_text(fast.url), max_connections=4, header_timeout=30)
+
+    async def is_open(reader: asyncio.StreamReader) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await closed_with(reader, 0.1)
+            return False
+        return True
+
+    async with contextlib.AsyncExitStack() as stack:
+        kept_r, kept_w = await stack.enter_async_context(raw(proxy.base))
+        kept_w.write(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert (await kept_r.readuntil(b"}")).startswith(b"HTTP/1.1 200")  # served, then kept alive
+        busy_r, busy_w = await stack.enter_async_context(raw(proxy.base))
+        busy_w.write(SLOW_BODY_HEAD + b"content-length: 100\r\n\r\n{")  # a request whose body is coming
+        silent = []
+        for _ in range(2):
+            silent.append(await stack.enter_async_context(raw(proxy.base)))
+            await asyncio.sleep(0.05)  # in this order
+        await asyncio.sleep(0.1)
+        newer = [await stack.enter_async_context(raw(proxy.base)) for _ in range(2)]
+        await asyncio.sleep(0.1)
+        # two new connections closed the two silent ones; the served and the busy one stay
+        assert [await is_open(r) for r, _ in silent] == [False, False]
+        assert await is_open(kept_r) and await is_open(busy_r)
+        assert all([await is_open(r) for r, _ in newer])
+        await stack.enter_async_context(raw(proxy.base))  # the newer ones are silent too: the older goes
+        await asyncio.sleep(0.1)
+        assert [await is_open(r) for r, _ in newer] == [False, True]
+        assert await is_open(kept_r) and await is_open(busy_r)
+    assert await tripped(proxy.base, "connections_evicted") == 3
 
 
 async def test_with_no_idle_connection_to_close_a_new_one_gets_503(start_fake_, proxy_) -> None:
