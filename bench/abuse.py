@@ -7,7 +7,7 @@ end) and `hanging` (answers after 60 s). Legitimate agents — `--clients` close
 with a tool (JSON and SSE alternately, keep-alive connections, 10 s timeout each) — run through a
 quiet phase and then through each attack, one at a time, `--seconds` each:
 
-    endless-json     4 callers routed (by a header) to `hostile`, JSON: 16 MiB each, then escalated
+    endless-json     4 callers routed (by a header) to `hostile`, JSON: cut at upstream_max_body_bytes, escalated
     endless-args     4 callers, streams whose tool-call arguments never end
     slow-headers     300 connections sending their headers at 1 byte/s
     silent           1,100 connections that send nothing (more than the open-file limit)
@@ -16,8 +16,13 @@ quiet phase and then through each attack, one at a time, `--seconds` each:
     hostile-schemas  4 callers offering schemas with `^(a+)+$` and a pattern too large to compile
 
 For each phase: legitimate calls, their success rate, p50 and p99 latency, and p99 against the
-quiet phase (goal: ≥ 99% success, p99 ≤ 2 x quiet), plus the proxy's RSS and what tripped
-(router_limits_tripped). Bounded in time and count; loopback only. Writes bench/results/abuse.md.
+quiet phase (goal: ≥ 99% success, p99 ≤ 2 x quiet), plus the proxy's RSS, what tripped
+(router_limits_tripped) and the CPU of each process (the proxy, the agents, the attacker, the fakes,
+everything else). Every phase runs in two setups (`setups()`): `shared` (every process on every
+core, as all figures before) and `apart` (the proxy on a core of its own, the attacker and hostile
+fakes niced beside the agents on the other — as if on machines of their own). `--profile PY_SPY`
+records the proxy in each phase (diagnosis). Bounded in time and count; loopback only. Writes
+bench/results/abuse.md.
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from bench.harness import Cluster, Proc, free_port, wait_healthy
+from bench import profile
+from bench.harness import Cluster, CpuMeter, Proc, free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -81,6 +87,8 @@ class Phase:
     errors: dict[str, int] = field(default_factory=dict)
     rss: float = 0.0
     tripped: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)  # cores on average: proxy, agents, attacker, fakes, others
+    profile: list[str] = field(default_factory=list)  # markdown (--profile)
 
     @property
     def calls(self) -> int:
@@ -260,8 +268,10 @@ ATTACKS: dict[str, Callable[[str], Callable[[asyncio.Event], Awaitable[None]]]] 
 }
 
 
-def attacker(name: str, base: str, seconds: float) -> None:
-    """One attack for `seconds`, in a process of its own (the legitimate agents' loop stays free)."""
+def attacker(name: str, base: str, seconds: float, nice: int) -> None:
+    """One attack for `seconds`, in a process of its own (the legitimate agents' loop stays free),
+    at `nice` (the CPUs it may use are the bench process's, inherited)."""
+    os.nice(nice)
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -276,25 +286,116 @@ def attacker(name: str, base: str, seconds: float) -> None:
     asyncio.run(run())
 
 
-async def run_phase(name: str, base: str, clients: int, seconds: float, proxy: Proc) -> Phase:
+@dataclass
+class Attacker:
+    name: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Where the processes run on the machine's cores, and at what priority."""
+
+    name: str
+    proxy_cpus: set[int]
+    others_cpus: set[int]  # the bench process (legitimate agents), its attacker, the fakes
+    attacker_nice: int  # the attacking process's, and the hostile and hanging fakes'
+    text: str
+
+
+def setups() -> list[Setup]:
+    cpus = sorted(os.sched_getaffinity(0))
+    shared = Setup(
+        "shared", set(cpus), set(cpus), 0,
+        "every process on every core at the same priority (the setup of the figures before this one): the "
+        "attacker and the hostile fakes take CPU from the proxy and from the legitimate agents.",
+    )  # fmt: skip
+    if len(cpus) < 2:
+        return [shared]
+    apart = Setup(
+        "apart", {cpus[0]}, set(cpus[1:]), 10,
+        f"the proxy alone on CPU {cpus[0]}; the legitimate agents, the fakes and the attacker on the other "
+        f"core{'s' if len(cpus) > 2 else ''}, the attacker and the hostile and hanging fakes at nice 10 — as "
+        "if the attacker and the hostile upstreams were on machines of their own. The proxy still receives "
+        "and pays for every byte and connection of the attack (`tripped` shows its size); only their own "
+        "CPU no longer competes with the proxy's and the legitimate agents'.",
+    )  # fmt: skip
+    return [shared, apart]
+
+
+HOSTILE_FAKES = ("hostile", "hanging")
+
+
+def place(setup: Setup, proxy: Proc, fakes: list[Proc]) -> None:
+    """Apply `setup` to the running processes (every thread of each) and to this one."""
+    _pin(proxy.pid, setup.proxy_cpus)
+    _pin(os.getpid(), setup.others_cpus)
+    for fake in fakes:
+        _pin(fake.pid, setup.others_cpus)
+        if fake.name in HOSTILE_FAKES:
+            for tid in _threads(fake.pid):
+                os.setpriority(os.PRIO_PROCESS, tid, setup.attacker_nice)
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    for tid in _threads(pid):
+        with contextlib.suppress(OSError):  # a thread that just ended
+            os.sched_setaffinity(tid, cpus)
+
+
+async def run_phase(
+    name: str,
+    setup: Setup,
+    base: str,
+    clients: int,
+    seconds: float,
+    proxy: Proc,
+    fakes: list[Proc],
+    pyspy: Path | None = None,
+) -> Phase:
     phase = Phase(name)
     before = await tripped(base)
     attack = None
-    if name in ATTACKS:
-        attack = multiprocessing.get_context("spawn").Process(target=attacker, args=(name, base, seconds + 2.0))
+    watched: list[Proc | Attacker] = [proxy, *fakes]
+    if name in ATTACKS:  # it runs on for a moment after the measurement, so its CPU can be read
+        args = (name, base, seconds + 3.0, setup.attacker_nice)
+        attack = multiprocessing.get_context("spawn").Process(target=attacker, args=args)
         attack.start()
+        assert attack.pid is not None
+        watched.append(Attacker("attacker", attack.pid))
         await asyncio.sleep(2.0)  # the attack is under way before measuring
     connector = aiohttp.TCPConnector(limit=clients, keepalive_timeout=30)
     timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         done = asyncio.Event()
-        agents = [
-            asyncio.create_task(legit(session, base + "/v1/chat/completions", phase, done, n)) for n in range(clients)
-        ]
-        await asyncio.sleep(seconds)
-        phase.rss = proxy.rss_mib()
+        with CpuMeter(watched) as meter:
+            agents = [
+                asyncio.create_task(legit(session, base + "/v1/chat/completions", phase, done, n))
+                for n in range(clients)
+            ]
+            if pyspy is not None:  # diagnosis only: py-spy's sampling costs CPU too
+                raw = Path(tempfile.gettempdir()) / f"abuse-profile-{name}.txt"
+                code, err = await profile.record(pyspy, proxy.pid, int(seconds) - 1, "raw", raw)
+                phase.profile = profile.summarize(raw, top=12) if code == 0 else [f"py-spy failed: {err[-300:]}"]
+            await asyncio.sleep(seconds - (time.monotonic() - meter.started))
+            phase.rss = proxy.rss_mib()
         done.set()
         await asyncio.gather(*agents)
+    used = {k: v / meter.wall for k, v in meter.used.items()}
+    phase.cpu = {
+        "proxy": used.pop("proxy"),
+        "agents": meter.own / meter.wall,
+        "attacker": used.pop("attacker", 0.0),
+        "fakes": sum(used.values()),
+        "others": meter.others,
+    }
     if attack is not None:
         await asyncio.to_thread(attack.join, 20)
         if attack.is_alive():
@@ -305,8 +406,14 @@ async def run_phase(name: str, base: str, clients: int, seconds: float, proxy: P
     return phase
 
 
-def report(phases: list[Phase], seconds: float, clients: int, took: float) -> str:
-    quiet = phases[0]
+def ratio(ph: Phase, quiet: Phase) -> tuple[float, float, bool]:
+    """Success %, p99 / quiet p99, and whether the goal is met."""
+    rate = 100 * len(ph.latencies) / ph.calls if ph.calls else 0.0
+    r = ph.p(99) / quiet.p(99)
+    return rate, r, rate >= 99 and r <= 2
+
+
+def report(runs: list[tuple[Setup, list[Phase]]], seconds: float, clients: int, took: float, load0: str) -> str:
     lines = [
         "# Abuse: legitimate calls while the proxy is attacked",
         "",
@@ -316,44 +423,83 @@ def report(phases: list[Phase], seconds: float, clients: int, took: float) -> st
         f"{clients} legitimate agents (closed loops of chat calls with a tool, JSON and SSE alternately, keep-alive, "
         f"{CALL_TIMEOUT:g} s timeout) during a quiet phase and then during each attack, {seconds:g} s each "
         "(the attack starts 2 s before). Goal: ≥ 99% success, p99 ≤ 2 x quiet. "
-        f"{platform.machine()}, Python {platform.python_version()}; "
-        "the machine (2 cores) was shared with other work.",
+        f"{platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} cores shared with other work; "
+        f"load average (1, 5, 15 min) {load0} at the start, {_load()} at the end.",
         "",
-        "| phase | calls | success | p50 ms | p99 ms | p99 / quiet | goal | proxy RSS MiB | tripped |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---|",
+        "Every phase runs in each setup, one setup after the other, each against its own quiet phase:",
+        "",
+        *(f"- **{setup.name}**: {setup.text}" for setup, _ in runs),
+        "",
+        "| phase | " + " | ".join(f"{s.name}: success | p99 ms | x quiet | goal" for s, _ in runs) + " |",
+        "|---|" + "---:|---:|---:|---|" * len(runs),
     ]
-    for ph in phases:
-        rate = 100 * len(ph.latencies) / ph.calls if ph.calls else 0.0
-        ratio = ph.p(99) / quiet.p(99)
-        ok = rate >= 99 and ratio <= 2
-        trips = ", ".join(f"{k} {v:.0f}" for k, v in sorted(ph.tripped.items()) if k != "idle_closed") or "—"
-        lines.append(
-            f"| {ph.name} | {ph.calls} | {rate:.2f}% | {ph.p(50):.1f} | {ph.p(99):.1f} | {ratio:.2f} | "
-            f"{'PASS' if ok else 'MISS'} | {ph.rss:.0f} | {trips} |"
-        )
-    failed = [f"{ph.name}: {ph.errors}" for ph in phases if ph.errors]
-    if failed:
-        lines += ["", "Failed legitimate calls by cause: " + "; ".join(failed) + "."]
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    for i, name in enumerate(ph.name for ph in runs[0][1]):
+        cells = []
+        for _, phases in runs:
+            ph = phases[i]
+            rate, r, ok = ratio(ph, phases[0])
+            cells.append(f"{rate:.2f}% | {ph.p(99):.1f} | {r:.2f} | {'PASS' if ok else 'MISS'}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    for setup, phases in runs:
+        lines += [
+            "",
+            f"## {setup.name}",
+            "",
+            "| phase | calls | success | p50 ms | p99 ms | p99 / quiet | goal | proxy RSS MiB | tripped |",
+            "|---|---:|---:|---:|---:|---:|---|---:|---|",
+        ]
+        cpu = [
+            "",
+            "CPU in cores on average: the proxy's own; the legitimate agents' (the bench process); the attacking "
+            "process's; the four fakes'; everything else on the machine. `proxy ms / call`: the proxy's CPU over "
+            "the legitimate calls it served — above the quiet figure, what the attack costs the proxy.",
+            "",
+            "| phase | proxy | agents | attacker | fakes | others | proxy ms / call |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for ph in phases:
+            rate, r, ok = ratio(ph, phases[0])
+            trips = ", ".join(f"{k} {v:.0f}" for k, v in sorted(ph.tripped.items()) if k != "idle_closed") or "—"
+            lines.append(
+                f"| {ph.name} | {ph.calls} | {rate:.2f}% | {ph.p(50):.1f} | {ph.p(99):.1f} | {r:.2f} | "
+                f"{'PASS' if ok else 'MISS'} | {ph.rss:.0f} | {trips} |"
+            )
+            c = ph.cpu
+            per_call = 1000 * c["proxy"] * seconds / len(ph.latencies) if ph.latencies else float("nan")
+            cpu.append(
+                f"| {ph.name} | {c['proxy']:.2f} | {c['agents']:.2f} | {c['attacker']:.2f} | {c['fakes']:.2f} | "
+                f"{c['others']:.2f} | {per_call:.2f} |"
+            )
+        lines += cpu
+        failed = [f"{ph.name}: {ph.errors}" for ph in phases if ph.errors]
+        if failed:
+            lines += ["", "Failed legitimate calls by cause: " + "; ".join(failed) + "."]
     lines += [
         "",
-        f"Load average at the end (1, 5, 15 min): {load}. `tripped`: router_limits_tripped during the phase "
-        "(idle keep-alive closes left out). Every attack also costs CPU — the proxy's, the attacking "
-        "process's and the fakes' — on the same 2 cores, so the legitimate p99 rises with it.",
+        "`tripped`: router_limits_tripped during the phase (idle keep-alive closes left out): how much of the "
+        "attack the proxy received and refused.",
     ]
     return "\n".join(lines) + "\n"
 
 
-async def main(seconds: float, clients: int) -> str:
+def _load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+async def main(
+    seconds: float, clients: int, pyspy: Path | None = None, only: str | None = None, attacks: list[str] | None = None
+) -> str:
+    load0 = _load()
     work = Path(tempfile.mkdtemp(prefix="agent-router-abuse-"))
     cluster = Cluster(work)
     ports = {name: free_port() for name in ("fast", "full", "hostile", "hanging")}
     flags = {"fast": [], "full": ["--seed", "2"], "hostile": ["--endless"], "hanging": ["--delay-ms", "60000"]}
     started = time.monotonic()
+    fakes = []
     try:
         for name, port in ports.items():
             cmd = [sys.executable, "-m", "router", "fake-upstream", "--port", str(port), *flags[name]]
-            fake = cluster.start(name, cmd, port)
+            fakes.append(fake := cluster.start(name, cmd, port))
             await wait_healthy(fake, f"http://127.0.0.1:{port}/health", 30)
         (work / "policy.yaml").write_text(policy(ports, work / "state.db"))
         port = free_port()
@@ -362,12 +508,24 @@ async def main(seconds: float, clients: int) -> str:
         proxy = cluster.start("proxy", ["bash", "-c", serve], port, {"AGENT_ROUTER_RELOAD_POLICY": "false"})
         await wait_healthy(proxy, f"http://127.0.0.1:{port}/readyz", 60)
         base = f"http://127.0.0.1:{port}"
-        phases = []
-        for name in ("quiet", *ATTACKS):
-            phase = await run_phase(name, base, clients, seconds, proxy)
-            print(f"{name}: {phase.calls} calls, {len(phase.latencies)} ok, p99 {phase.p(99):.1f} ms", flush=True)
-            phases.append(phase)
-        return report(phases, seconds, clients, time.monotonic() - started)
+        runs: list[tuple[Setup, list[Phase]]] = []
+        for setup in setups() if only is None else [s for s in setups() if s.name == only]:
+            place(setup, proxy, fakes)
+            phases = []
+            for name in ("quiet", *(attacks or ATTACKS)):
+                phase = await run_phase(name, setup, base, clients, seconds, proxy, fakes, pyspy)
+                cpu = " ".join(f"{k} {v:.2f}" for k, v in phase.cpu.items())
+                print(f"{setup.name} {name}: {phase.calls} calls, {len(phase.latencies)} ok, "
+                      f"p99 {phase.p(99):.1f} ms; cores: {cpu}", flush=True)  # fmt: skip
+                phases.append(phase)
+            runs.append((setup, phases))
+        if pyspy is not None:
+            text = [f"# py-spy on the proxy during each phase of `python -m bench.abuse --seconds {seconds:g}`", ""]
+            for setup, phases in runs:
+                for ph in phases:
+                    text += [f"## {setup.name}: {ph.name}", "", *ph.profile, ""]
+            (RESULTS / "abuse-profile.md").write_text("\n".join(text), encoding="utf-8")
+        return report(runs, seconds, clients, time.monotonic() - started, load0)
     finally:
         cluster.stop_all()
 
@@ -376,8 +534,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds of each phase")
     parser.add_argument("--clients", type=int, default=4, help="legitimate agents (closed loops)")
+    parser.add_argument(
+        "--profile", type=Path, metavar="PY_SPY", help="record the proxy with this py-spy in each phase "
+        "(bench/results/abuse-profile.md; diagnosis only: sampling costs CPU)",
+    )  # fmt: skip
+    parser.add_argument("--setup", choices=("shared", "apart"), help="run one setup only (default: both)")
+    parser.add_argument("--attacks", nargs="+", choices=list(ATTACKS), help="these attacks only (default: all)")
     args = parser.parse_args()
-    text = asyncio.run(main(args.seconds, args.clients))
+    text = asyncio.run(main(args.seconds, args.clients, args.profile, args.setup, args.attacks))
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "abuse.md").write_text(text, encoding="utf-8")

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 
@@ -196,13 +197,27 @@ def busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / CLK_TCK
 
 
-class CpuMeter:
-    """CPU used during a `with` block: by each watched process tree, and by everything else on the
-    machine (other processes than this one and the watched ones), in cores on average."""
+class Watched(Protocol):
+    """A process CpuMeter can watch: a `Proc`, or anything else with a name and a pid."""
 
-    def __init__(self, procs: Sequence[Proc]) -> None:
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def pid(self) -> int: ...
+
+
+class CpuMeter:
+    """CPU used during a `with` block: by each watched process tree, by this process (`own`), and by
+    everything else on the machine (other processes than this one and the watched ones), in cores
+    on average."""
+
+    def __init__(self, procs: Sequence[Watched]) -> None:
         self.procs = list(procs)
         self.used: dict[str, float] = {}  # process name → CPU seconds
+        self.own = 0.0  # CPU seconds of this process
+        self.wall = 0.0  # seconds the block took
+        self.started = 0.0  # time.monotonic() when it began
         self.others = 0.0  # average cores used by unrelated processes
         self._t0 = 0.0
         self._busy0 = 0.0
@@ -210,7 +225,7 @@ class CpuMeter:
         self._proc0: list[float] = []
 
     def __enter__(self) -> CpuMeter:
-        self._t0 = time.monotonic()
+        self._t0 = self.started = time.monotonic()
         self._busy0 = busy_seconds()
         self._own0 = cpu_seconds(os.getpid(), tree=False)
         self._proc0 = [cpu_seconds(p.pid) for p in self.procs]
@@ -219,6 +234,7 @@ class CpuMeter:
     def __exit__(self, *exc: object) -> None:
         wall = max(time.monotonic() - self._t0, 1e-9)
         busy = busy_seconds() - self._busy0
-        own = cpu_seconds(os.getpid(), tree=False) - self._own0
+        own = self.own = cpu_seconds(os.getpid(), tree=False) - self._own0
+        self.wall = wall
         self.used = {p.name: cpu_seconds(p.pid) - c0 for p, c0 in zip(self.procs, self._proc0, strict=True)}
         self.others = max(0.0, (busy - own - sum(self.used.values())) / wall)
