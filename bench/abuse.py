@@ -451,12 +451,15 @@ def report(runs: list[tuple[Setup, list[Phase]]], seconds: float, clients: int, 
         cpu = [
             "",
             "CPU in cores on average: the proxy's own; the legitimate agents' (the bench process); the attacking "
-            "process's; the four fakes'; everything else on the machine. `proxy ms / call`: the proxy's CPU over "
-            "the legitimate calls it served — above the quiet figure, what the attack costs the proxy.",
+            "process's; the four fakes'; everything else on the machine (other work, and the kernel's loopback "
+            "traffic, which no process is charged for). `proxy ms / call`: the proxy's CPU over the legitimate "
+            "calls it served; `attack in proxy`: the proxy's CPU less what its legitimate calls cost at the quiet "
+            "rate — what the attack costs the proxy.",
             "",
-            "| phase | proxy | agents | attacker | fakes | others | proxy ms / call |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            "| phase | proxy | agents | attacker | fakes | others | proxy ms / call | attack in proxy |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
+        quiet_ms = 1000 * phases[0].cpu["proxy"] * seconds / max(1, len(phases[0].latencies))
         for ph in phases:
             rate, r, ok = ratio(ph, phases[0])
             trips = ", ".join(f"{k} {v:.0f}" for k, v in sorted(ph.tripped.items()) if k != "idle_closed") or "—"
@@ -466,9 +469,10 @@ def report(runs: list[tuple[Setup, list[Phase]]], seconds: float, clients: int, 
             )
             c = ph.cpu
             per_call = 1000 * c["proxy"] * seconds / len(ph.latencies) if ph.latencies else float("nan")
+            attack = c["proxy"] - len(ph.latencies) * quiet_ms / 1000 / seconds
             cpu.append(
                 f"| {ph.name} | {c['proxy']:.2f} | {c['agents']:.2f} | {c['attacker']:.2f} | {c['fakes']:.2f} | "
-                f"{c['others']:.2f} | {per_call:.2f} |"
+                f"{c['others']:.2f} | {per_call:.2f} | {attack:.2f} |"
             )
         lines += cpu
         failed = [f"{ph.name}: {ph.errors}" for ph in phases if ph.errors]
