@@ -4,8 +4,9 @@ One `agent-router serve` (default settings, SQLite store, open-file limit 1,024 
 answers) in front of four fake upstreams on loopback: `fast` (healthy, checked, escalates to
 `full`), `full`, `hostile` (every answer endless: a JSON body, or tool-call arguments, that never
 end) and `hanging` (answers after 60 s). Legitimate agents — `--clients` closed loops of chat calls
-with a tool (JSON and SSE alternately, keep-alive connections, 10 s timeout each) — run through a
-quiet phase and then through each attack, one at a time, `--seconds` each:
+with a tool (JSON and SSE alternately, keep-alive connections, 10 s timeout each) — run through each
+attack, one at a time, `--seconds` each, and through a quiet phase of half as long just before it
+(its reference):
 
     endless-json     4 callers routed (by a header) to `hostile`, JSON: cut at upstream_max_body_bytes, escalated
     endless-args     4 callers, streams whose tool-call arguments never end
@@ -89,6 +90,11 @@ class Phase:
     tripped: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # cores on average: proxy, agents, attacker, fakes, others
     profile: list[str] = field(default_factory=list)  # markdown (--profile)
+    wall: float = 0.0  # seconds measured
+
+    def ms_per_call(self) -> float:
+        """The proxy's CPU per legitimate call served (ms)."""
+        return 1000 * self.cpu["proxy"] * self.wall / len(self.latencies) if self.latencies else float("nan")
 
     @property
     def calls(self) -> int:
@@ -382,12 +388,13 @@ async def run_phase(
             ]
             if pyspy is not None:  # diagnosis only: py-spy's sampling costs CPU too
                 raw = Path(tempfile.gettempdir()) / f"abuse-profile-{name}.txt"
-                code, err = await profile.record(pyspy, proxy.pid, int(seconds) - 1, "raw", raw)
+                code, err = await profile.record(pyspy, proxy.pid, max(1, int(seconds) - 1), "raw", raw)
                 phase.profile = profile.summarize(raw, top=12) if code == 0 else [f"py-spy failed: {err[-300:]}"]
             await asyncio.sleep(seconds - (time.monotonic() - meter.started))
             phase.rss = proxy.rss_mib()
         done.set()
         await asyncio.gather(*agents)
+    phase.wall = meter.wall
     used = {k: v / meter.wall for k, v in meter.used.items()}
     phase.cpu = {
         "proxy": used.pop("proxy"),
@@ -414,6 +421,7 @@ def ratio(ph: Phase, quiet: Phase) -> tuple[float, float, bool]:
 
 
 def report(runs: list[tuple[Setup, list[Phase]]], seconds: float, clients: int, took: float, load0: str) -> str:
+    """`runs`: per setup, its phases in order — a quiet one before each attack."""
     lines = [
         "# Abuse: legitimate calls while the proxy is attacked",
         "",
@@ -421,29 +429,36 @@ def report(runs: list[tuple[Setup, list[Phase]]], seconds: float, clients: int, 
         "one `agent-router serve` "
         f"(default settings, SQLite store, open-file limit {FD_LIMIT}) in front of fake upstreams on loopback; "
         f"{clients} legitimate agents (closed loops of chat calls with a tool, JSON and SSE alternately, keep-alive, "
-        f"{CALL_TIMEOUT:g} s timeout) during a quiet phase and then during each attack, {seconds:g} s each "
-        "(the attack starts 2 s before). Goal: ≥ 99% success, p99 ≤ 2 x quiet. "
-        f"{platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} cores shared with other work; "
-        f"load average (1, 5, 15 min) {load0} at the start, {_load()} at the end.",
+        f"{CALL_TIMEOUT:g} s timeout) during each attack ({seconds:g} s; the attack starts 2 s before) and during "
+        f"a quiet phase ({seconds / 2:g} s) just before it, its reference: the machine's other work changes over "
+        "minutes, and one quiet phase at the start is a poor reference for the last attack. Goal: ≥ 99% success, "
+        f"p99 ≤ 2 x quiet. {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} cores "
+        f"shared with other work; load average (1, 5, 15 min) {load0} at the start, {_load()} at the end.",
         "",
-        "Every phase runs in each setup, one setup after the other, each against its own quiet phase:",
+        "Every attack runs in each setup, one setup after the other:",
         "",
         *(f"- **{setup.name}**: {setup.text}" for setup, _ in runs),
         "",
-        "| phase | " + " | ".join(f"{s.name}: success | p99 ms | x quiet | goal" for s, _ in runs) + " |",
-        "|---|" + "---:|---:|---:|---|" * len(runs),
+        "| attack | "
+        + " | ".join(f"{s.name}: success | quiet p99 ms | p99 ms | x quiet | goal" for s, _ in runs)
+        + " |",
+        "|---|" + "---:|---:|---:|---:|---|" * len(runs),
     ]
-    for i, name in enumerate(ph.name for ph in runs[0][1]):
+    for i in range(1, len(runs[0][1]), 2):
         cells = []
         for _, phases in runs:
-            ph = phases[i]
-            rate, r, ok = ratio(ph, phases[0])
-            cells.append(f"{rate:.2f}% | {ph.p(99):.1f} | {r:.2f} | {'PASS' if ok else 'MISS'}")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            ph, quiet = phases[i], phases[i - 1]
+            rate, r, ok = ratio(ph, quiet)
+            cells.append(f"{rate:.2f}% | {quiet.p(99):.1f} | {ph.p(99):.1f} | {r:.2f} | {'PASS' if ok else 'MISS'}")
+        lines.append(f"| {runs[0][1][i].name} | " + " | ".join(cells) + " |")
     for setup, phases in runs:
+        quiet99 = sorted(ph.p(99) for ph in phases[::2])
         lines += [
             "",
             f"## {setup.name}",
+            "",
+            f"Quiet p99 from {quiet99[0]:.1f} to {quiet99[-1]:.1f} ms over the run (median "
+            f"{quiet99[len(quiet99) // 2]:.1f}).",
             "",
             "| phase | calls | success | p50 ms | p99 ms | p99 / quiet | goal | proxy RSS MiB | tripped |",
             "|---|---:|---:|---:|---:|---:|---|---:|---|",
@@ -453,26 +468,35 @@ def report(runs: list[tuple[Setup, list[Phase]]], seconds: float, clients: int, 
             "CPU in cores on average: the proxy's own; the legitimate agents' (the bench process); the attacking "
             "process's; the four fakes'; everything else on the machine (other work, and the kernel's loopback "
             "traffic, which no process is charged for). `proxy ms / call`: the proxy's CPU over the legitimate "
-            "calls it served; `attack in proxy`: the proxy's CPU less what its legitimate calls cost at the quiet "
-            "rate — what the attack costs the proxy.",
+            "calls it served; `attack in proxy`: the proxy's CPU less what its legitimate calls cost at the rate "
+            "of the quiet phase before — what the attack costs the proxy; `ms / trip`: that cost per limit "
+            "tripped (the attack runs about 3 s longer than the measurement: an estimate), which does not depend "
+            "on how fast the attacker could go.",
             "",
-            "| phase | proxy | agents | attacker | fakes | others | proxy ms / call | attack in proxy |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| phase | proxy | agents | attacker | fakes | others | proxy ms / call | attack in proxy | ms / trip |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        quiet_ms = 1000 * phases[0].cpu["proxy"] * seconds / max(1, len(phases[0].latencies))
-        for ph in phases:
-            rate, r, ok = ratio(ph, phases[0])
-            trips = ", ".join(f"{k} {v:.0f}" for k, v in sorted(ph.tripped.items()) if k != "idle_closed") or "—"
-            lines.append(
-                f"| {ph.name} | {ph.calls} | {rate:.2f}% | {ph.p(50):.1f} | {ph.p(99):.1f} | {r:.2f} | "
-                f"{'PASS' if ok else 'MISS'} | {ph.rss:.0f} | {trips} |"
-            )
+        for i, ph in enumerate(phases):
             c = ph.cpu
-            per_call = 1000 * c["proxy"] * seconds / len(ph.latencies) if ph.latencies else float("nan")
-            attack = c["proxy"] - len(ph.latencies) * quiet_ms / 1000 / seconds
+            trips = ", ".join(f"{k} {v:.0f}" for k, v in sorted(ph.tripped.items()) if k != "idle_closed") or "—"
+            judged, attack, per_trip = "— | —", "—", "—"
+            if i % 2 == 0:
+                rate = 100 * len(ph.latencies) / ph.calls if ph.calls else 0.0
+            else:
+                rate, r, ok = ratio(ph, phases[i - 1])
+                judged = f"{r:.2f} | {'PASS' if ok else 'MISS'}"
+                cost = c["proxy"] - len(ph.latencies) * phases[i - 1].ms_per_call() / 1000 / ph.wall
+                attack = f"{cost:.2f}"
+                count = sum(v for k, v in ph.tripped.items() if k != "idle_closed")
+                if count:
+                    per_trip = f"{1000 * cost * (ph.wall + 3) / count:.2f}"
+            lines.append(
+                f"| {ph.name} | {ph.calls} | {rate:.2f}% | {ph.p(50):.1f} | {ph.p(99):.1f} | {judged} | "
+                f"{ph.rss:.0f} | {trips} |"
+            )
             cpu.append(
                 f"| {ph.name} | {c['proxy']:.2f} | {c['agents']:.2f} | {c['attacker']:.2f} | {c['fakes']:.2f} | "
-                f"{c['others']:.2f} | {per_call:.2f} | {attack:.2f} |"
+                f"{c['others']:.2f} | {ph.ms_per_call():.2f} | {attack} | {per_trip} |"
             )
         lines += cpu
         failed = [f"{ph.name}: {ph.errors}" for ph in phases if ph.errors]
@@ -516,12 +540,13 @@ async def main(
         for setup in setups() if only is None else [s for s in setups() if s.name == only]:
             place(setup, proxy, fakes)
             phases = []
-            for name in ("quiet", *(attacks or ATTACKS)):
-                phase = await run_phase(name, setup, base, clients, seconds, proxy, fakes, pyspy)
-                cpu = " ".join(f"{k} {v:.2f}" for k, v in phase.cpu.items())
-                print(f"{setup.name} {name}: {phase.calls} calls, {len(phase.latencies)} ok, "
-                      f"p99 {phase.p(99):.1f} ms; cores: {cpu}", flush=True)  # fmt: skip
-                phases.append(phase)
+            for attack in attacks or ATTACKS:
+                for name, secs in (("quiet", seconds / 2), (attack, seconds)):
+                    phase = await run_phase(name, setup, base, clients, secs, proxy, fakes, pyspy)
+                    cpu = " ".join(f"{k} {v:.2f}" for k, v in phase.cpu.items())
+                    print(f"{setup.name} {name}: {phase.calls} calls, {len(phase.latencies)} ok, "
+                          f"p99 {phase.p(99):.1f} ms; cores: {cpu}", flush=True)  # fmt: skip
+                    phases.append(phase)
             runs.append((setup, phases))
         if pyspy is not None:
             text = [f"# py-spy on the proxy during each phase of `python -m bench.abuse --seconds {seconds:g}`", ""]
