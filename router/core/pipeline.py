@@ -130,7 +130,11 @@ async def _reply(router: Runtime, trace: Trace, body: dict[str, Any], tier: str)
 
 
 async def _chunks(router: Runtime, trace: Trace, body: dict[str, Any], tier: str) -> AsyncIterator[Chunk]:
-    """`tier`'s stream through a gate: content as it comes, the rest once judged."""
+    """`tier`'s stream through a gate: content as it comes, the rest once judged.
+
+    What the gate lets through of events that arrived in one read goes out in one write
+    (`Chunk.more`), and the held part with the stream's end: a tier that sends its answer at once
+    costs the client one write instead of one per event."""
     gate = Gate(tools_offered=bool(trace.call.features.tool_names))
     upstream = router.upstreams[tier]
     pass_through = _native(trace, upstream, body)
@@ -139,19 +143,37 @@ async def _chunks(router: Runtime, trace: Trace, body: dict[str, Any], tier: str
         source = pass_through[0].stream_native(pass_through[1], trace.deadline)
     else:
         source = upstream.stream(body, trace.deadline)
+    together: list[Chunk] = []  # ready to send, from events received in one read
+    failure: UpstreamError | None = None
     try:
         async for chunk in source:
-            for ready in gate.feed(chunk):
-                yield ready
+            received_more = chunk.more  # read first: the gate clears it on what it lets through
+            together += gate.feed(chunk)
+            if not received_more:
+                for ready in _one_write(together):
+                    yield ready
+                together = []
     except UpstreamError as exc:
-        trace.failed(tier, exc)
+        failure = exc
+    for ready in _one_write(together):  # what was received before the end (or the failure)
+        yield ready
+    if failure is not None:
+        trace.failed(tier, failure)
     salvage_stream(trace, tier, gate)
     message = gate.message()
     trace.judge(tier, message, gate.finish_reason)
     await trace.verify(tier, body, {"message": message, "finish_reason": gate.finish_reason})
     trace.delivered(tier, message)
-    for ready in gate.release():
+    # the answer passed: nothing but the stream's end follows, which the transport writes with these
+    for ready in _one_write(gate.release(), last_more=True):
         yield ready
+
+
+def _one_write(chunks: list[Chunk], last_more: bool = False) -> list[Chunk]:
+    """`chunks`, marked to be written together (`more` on all but the last, and on the last if `last_more`)."""
+    for i, chunk in enumerate(chunks):
+        chunk.more = last_more or i < len(chunks) - 1
+    return chunks
 
 
 async def _hedged(trace: Trace, tier: str, attempt: Callable[[str], AsyncIterator[T]]) -> AsyncIterator[T]:

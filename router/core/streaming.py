@@ -191,4 +191,4 @@ class Joiner:
         self.sent = True
         if not changed:
             return chunk
-        return Chunk(d, None, native=None if text_changed else chunk.native)
+        return Chunk(d, None, more=chunk.more, native=None if text_changed else chunk.native)

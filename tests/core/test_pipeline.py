@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from router.core import pipeline
 from router.core.call import Call, chat_call
 from router.errors import UpstreamError
+from router.upstream.base import Chunk
 from tests.conftest import policy_text
 from tests.scripted import UNUSED, WEATHER, Scripted, call, started, text
 
@@ -77,3 +79,65 @@ async def test_an_upstream_error_on_the_last_tier_is_raised(tmp_path: Path) -> N
         with pytest.raises(UpstreamError):
             await pipeline.complete(router, ask("hi"))
     assert len(full.bodies) == 1  # `upstream_error` is not in `on`: no second try
+
+
+class Reads(Scripted):
+    """A tier whose stream arrives in reads: `reads[i]` is one read's events (`more` on all but its
+    last, as router/upstream/http.py marks them); an exception in a read fails the stream there."""
+
+    def __init__(self, tier: str, reads: list[list[dict[str, Any] | Exception]]) -> None:
+        super().__init__(tier, [])
+        self.reads = reads
+
+    async def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
+        self.bodies.append(body)
+        for read in self.reads:
+            for i, delta in enumerate(read):
+                if isinstance(delta, Exception):
+                    raise delta
+                finish = delta.pop("finish", None)
+                choice = {"index": 0, "delta": delta, "finish_reason": finish}
+                yield Chunk({"id": "c", "model": self.tier, "choices": [choice]}, more=i < len(read) - 1)
+
+
+def writes(sent: list[Chunk]) -> list[list[str]]:
+    """The chunks as the transport writes them (a write ends at a chunk without `more`), each chunk
+    named by its text, `role`, `call`, `finish:<reason>` or `empty`."""
+    out: list[list[str]] = [[]]
+    for c in sent:
+        delta, finish = c.data["choices"][0]["delta"], c.data["choices"][0]["finish_reason"]
+        name = delta.get("content") or ("call" if delta.get("tool_calls") else "role" if delta.get("role") else "")
+        name = name or (f"finish:{finish}" if finish else "empty")
+        out[-1].append(name)
+        if not c.more:
+            out.append([])
+    return out
+
+
+async def test_stream_events_received_together_are_sent_together_and_the_held_part_with_the_end(
+    tmp_path: Path,
+) -> None:
+    reads: list[list[dict[str, Any] | Exception]] = [
+        [{"role": "assistant"}, {"content": "a"}, {"content": "b"}],
+        [{"content": "c"}, {"content": "d"}, {"finish": "stop"}],  # the finish is held until judged
+    ]
+    async with started(POLICY, tmp_path, fast=Scripted("fast", []), full=Reads("full", reads)) as router:
+        _, chunks = await pipeline.stream(router, ask("hi", stream=True))
+        sent = [c async for c in chunks]
+    # one write per read; the held finish is marked `more`: the transport writes it with the stream's end
+    assert writes(sent) == [["role", "a", "b"], ["c", "d"], ["finish:stop"]]
+    assert sent[-1].more
+
+
+async def test_stream_events_received_before_a_failure_are_sent(tmp_path: Path) -> None:
+    down = UpstreamError("tier 'fast' closed the connection", tier="fast")
+    fast = Reads("fast", [[{"role": "assistant"}, {"content": "a"}, down]])
+    full = Reads("full", [[{"role": "assistant"}, {"content": "b"}, {"finish": "stop"}]])
+    async with started(POLICY, tmp_path, fast=fast, full=full) as router:
+        body = {"model": "fast", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        trace, chunks = await pipeline.stream(router, chat_call(orjson.dumps(body), {}))
+        sent = [c async for c in chunks]
+    assert trace.tried == ["fast", "full"]
+    # fast's text went out before its failure (as one write); full's follows after a blank line (its
+    # role delta is dropped: the client had one)
+    assert writes(sent) == [["role", "a"], ["empty", "\n\nb"], ["finish:stop"]]
