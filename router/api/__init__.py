@@ -110,18 +110,26 @@ class Admission:
 
 
 class Admitted(Admission):
-    """An admitted client call with its body. The `admitted()` block gives its place back when it
-    ends, unless `to_stream()` handed it to a stream, whose framer releases it when it ends."""
+    """An admitted client call with its body, and the watch for its client leaving. The `admitted()`
+    block gives its place back and ends the watch when it ends, unless `to_stream()` handed both to a
+    stream, whose framer releases them when it ends."""
 
-    __slots__ = ("body", "streaming")
+    __slots__ = ("body", "streaming", "watch")
 
     def __init__(self, router: Runtime, body: bytes, scope: Scope | None = None) -> None:
         super().__init__(router, scope)
         self.body = body
         self.streaming = False
+        self.watch: asyncio.Task[None] | None = None
+
+    def release(self) -> None:
+        super().release()
+        if self.watch is not None:
+            self.watch.cancel()
 
     def to_stream(self, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-        """`chunks` as an open stream (ended in the transport's shape at shutdown)."""
+        """`chunks` as an open stream (ended in the transport's shape at shutdown, or when the client
+        leaves while it is written: the watch goes on)."""
         self.streaming = True
         return self.router.open.stream(chunks)
 
@@ -135,17 +143,17 @@ async def admitted(request: Request) -> AsyncIterator[Admitted]:
     body = await read_body(request, router)  # before a place is taken: a slow body holds none
     call = Admitted(router, body, request.scope)  # 503 when too many calls are in flight
     with router.open.running() as task:
-        watch = asyncio.create_task(_until_gone(request, router, task))
+        call.watch = asyncio.create_task(_until_gone(request, router, task))
         try:
             yield call
         finally:
-            watch.cancel()
             if not call.streaming:
                 call.release()
 
 
 async def _until_gone(request: Request, router: Runtime, task: asyncio.Task[object]) -> None:
-    """Once the body is in, the next message is `http.disconnect`: the client left."""
+    """Once the body is in, the next message is `http.disconnect`: the client left (the watch is
+    ended before a response completes, after which the server says so too)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
     router.open.end(task, ClientGone("The client closed the connection."), "client_gone")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from router.api import admitted, endpoint, lower_headers, observe
 from router.api.headers import router_headers
-from router.api.sse import SSE_HEADERS, framed
+from router.api.sse import SSEResponse, framed
 from router.core import pipeline
 from router.core.call import chat_call
 from router.errors import RouterError
@@ -23,9 +23,8 @@ async def completions(request: Request) -> Response:
         if call.stream:
             trace, chunks = await pipeline.stream(router, call)
             chunks = admission.to_stream(chunks)
-            headers = {**SSE_HEADERS, **router_headers(trace)}
             frames = framed(admission, trace, chunks, _data, fail=_error, done=b"data: [DONE]\n\n")
-            return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
+            return SSEResponse(admission, frames, router_headers(trace))
         trace, reply = await pipeline.complete(router, call)
         observe(router, trace, None)
         body = reply.raw or orjson.dumps(reply.data)

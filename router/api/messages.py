@@ -15,11 +15,11 @@ from collections.abc import Mapping
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from router.api import admitted, authorize, endpoint, lower_headers, observe, read_body, router_of
 from router.api.headers import router_headers
-from router.api.sse import SSE_HEADERS, framed, sse_frame
+from router.api.sse import SSEResponse, framed, sse_frame
 from router.core import pipeline
 from router.core.call import Call, parse_body, refuse_forbidden, session_of
 from router.errors import BadRequest, Overloaded, RouterError
@@ -69,8 +69,7 @@ async def create(request: Request) -> Response:
                 fail=lambda exc: sse_frame(error_body(exc)),
                 close=lambda: _frames(events.close()),
             )
-            headers = {**SSE_HEADERS, **router_headers(trace)}
-            return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
+            return SSEResponse(admission, frames, router_headers(trace))
         trace, reply = await pipeline.complete(router, call)
         observe(router, trace, None)
         if reply.native is not None and reply.raw is not None:  # the tier's own answer, untouched

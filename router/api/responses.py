@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from router.api import admitted, endpoint, lower_headers, observe
 from router.api.headers import router_headers
-from router.api.sse import SSE_HEADERS, framed, sse_frame
+from router.api.sse import SSEResponse, framed, sse_frame
 from router.core import pipeline
 from router.core.call import parse_body
 from router.core.response_state import Stored
@@ -46,8 +46,8 @@ async def create(request: Request) -> Response:
             trace, chunks = await pipeline.stream(router, turn.call)
             chunks = admission.to_stream(chunks)
             frames = framed(admission, trace, turns.events(turn, trace, chunks, save), sse_frame)
-            headers = {**SSE_HEADERS, **router_headers(trace), **turns.left_out(router, turn, trace)}
-            return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
+            headers = {**router_headers(trace), **turns.left_out(router, turn, trace)}
+            return SSEResponse(admission, frames, headers)
         trace, response = await turns.complete(router, turn, save)
         observe(router, trace, None)
         headers = {**router_headers(trace), **turns.left_out(router, turn, trace)}

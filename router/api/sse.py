@@ -8,6 +8,12 @@ each, items that arrived together (`Chunk.more`) in one write; an error after th
 decision) and `done`. However it ends, the call's place in flight is released, the call counted (its
 access log line given the final decision), and `items` closed (an abandoned stream's upstream call
 ends at once).
+
+    SSEResponse(admission, frames, headers)
+
+writes them, in the task that made the call: a client that leaves meanwhile is seen by the call's
+own watch (router/api's `admitted`), which ends the stream as it ends a call not yet answered
+(Starlette's `StreamingResponse` would start a task group and a second watching task per stream).
 WebSocket mode sends events as messages instead (router/api/responses_ws.py).
 """
 
@@ -18,6 +24,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from router.api import Admission
 from router.api.headers import summary
@@ -73,3 +81,22 @@ async def framed(
         finally:
             admission.release()
             admission.served(trace, ttft)
+
+
+class SSEResponse(StreamingResponse):
+    """`frames` (from `framed`) as a `text/event-stream` response (see the module's docstring)."""
+
+    def __init__(self, admission: Admission, frames: AsyncIterator[bytes], headers: Mapping[str, str]) -> None:
+        super().__init__(frames, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
+        self.admission = admission
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            # the watch ended the call while a write waited for the client: the frames end here
+            if self.admission.router.open.ended() is None:
+                raise
+        finally:
+            if isinstance(self.body_iterator, AsyncGenerator):
+                await self.body_iterator.aclose()  # frames left unread: the call is released and counted

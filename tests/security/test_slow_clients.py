@@ -7,7 +7,8 @@
     slow bodies       they hold no place in flight (calls still pass at max_concurrency); 408 at
                       `body_timeout`
     vanishing client  a call on a hanging tier, abandoned: within 1 s its upstream connection is
-                      closed and its place in flight given back, on every HTTP transport
+                      closed and its place in flight given back, on every HTTP transport; the same
+                      for a stream abandoned after its first bytes
 
 Each limit that trips is counted in `router_limits_tripped{limit}`.
 """
@@ -19,6 +20,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 
@@ -252,3 +254,52 @@ async def test_an_abandoned_call_cancels_its_upstream_call(proxy_, path: str, ex
         after.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await after
+
+
+@contextlib.asynccontextmanager
+async def stalling_upstream() -> AsyncIterator[tuple[str, list[asyncio.Event]]]:
+    """A tier that streams one text delta, then sends nothing more until the router closes its
+    connection; each call's event is set then."""
+    calls: list[asyncio.Event] = []
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        gone = asyncio.Event()
+        calls.append(gone)
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        delta = {"role": "assistant", "content": "Hello"}
+        chunk = {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+        await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        try:
+            await asyncio.sleep(30)
+        finally:
+            gone.set()
+        return resp
+
+    runner = web.AppRunner(upstream_app({"/v1/chat/completions": chat}), handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1", calls
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/responses", "/messages"])
+async def test_a_stream_abandoned_after_its_first_bytes_cancels_its_upstream_call(proxy_, path: str) -> None:
+    async with stalling_upstream() as (url, upstream_calls):
+        proxy = await proxy_(policy_text(url, routes="routes:\n  - {name: all, use: fast}\n"), max_concurrency=1)
+        body = {"model": "auto", "stream": True, "max_tokens": 64}
+        body |= {"input": "hi"} if path == "/responses" else {"messages": USER}
+        async with raw(proxy.base) as (reader, writer):
+            data = orjson.dumps(body)
+            head = f"POST /v1{path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            writer.write(head.encode() + b"content-length: %d\r\n\r\n" % len(data) + data)
+            async with asyncio.timeout(5):
+                await reader.readuntil(b"Hello")  # the stream has started
+            assert proxy.router.inflight == 1
+        # the client has gone: within a second the upstream call is closed and its place given back
+        async with asyncio.timeout(1.0):
+            await upstream_calls[0].wait()
+            await until(lambda: proxy.router.inflight == 0)
+        assert await tripped(proxy.base, "client_gone") == 1
