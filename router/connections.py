@@ -13,7 +13,8 @@
                         streams still open at 80% of `shutdown_grace` in their API's shape
                         (router/core/open_calls.py); a WebSocket is closed (1012) only after that
 
-Every limit that trips counts in `router_limits_tripped{limit}`. The protocols find the router in
+Every limit that trips counts in `router_limits_tripped{limit}`. A response's head goes out with its
+first body part, in one write (`OneWrite`). The protocols find the router in
 the lifespan state (`{"router": router}`, router/app.py), so they work in every worker process.
 
     server_options(settings)   the keyword arguments of `uvicorn.run` / `uvicorn.Config` for them
@@ -103,6 +104,44 @@ def _router(protocol: Any) -> Runtime | None:
     return state.get("router") if isinstance(state, dict) else None
 
 
+class OneWrite:
+    """The transport a response is written through: its head (status line and headers) waits for
+    its first body part, so that both go out in one write — one TCP segment and one wake-up of the
+    client instead of two, measurably cheaper per call. A head with no body part by the end of this
+    turn of the event loop (or at the response's end) goes out alone."""
+
+    __slots__ = ("_head", "_loop", "_started", "transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self._loop = loop
+        self._head: bytes | None = None
+        self._started = False
+
+    def write(self, data: bytes) -> None:
+        if not self._started and not data.startswith(b"HTTP/1.1 100 "):  # an interim 100 Continue goes at once
+            self._started = True
+            self._head = data
+            self._loop.call_soon(self.flush)
+            return
+        if self._head is not None:
+            data, self._head = self._head + data, None
+        self.transport.write(data)
+
+    def flush(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            if not self.transport.is_closing():
+                self.transport.write(head)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+
 def _guarded(base: type[Any], name: str) -> type[Any]:
     """`base` (an uvicorn HTTP protocol) with the limits above."""
 
@@ -144,7 +183,14 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
                 elif self._timer is None:  # the first bytes of the next request on a kept-alive connection
                     self._arm()
 
+        def on_headers_complete(self) -> None:  # httptools: a request's head is in, its cycle made
+            super().on_headers_complete()
+            if self.cycle is not None:
+                self.cycle.transport = OneWrite(self.transport, self.loop)
+
         def on_response_complete(self) -> None:
+            if self.cycle is not None and isinstance(self.cycle.transport, OneWrite):
+                self.cycle.transport.flush()  # a HEAD response has no body write
             if self._idle is not None:
                 self._idle.waiting(self, served=True)
             super().on_response_complete()
