@@ -20,6 +20,13 @@ JUDGE_TEXT_MAX = 1500  # characters of one message, answer or arguments shown to
 JUDGE_CONTEXT_MESSAGES = 6  # last messages of a conversation a shadow judge sees
 PASS_SCORE = 70  # a shadow verdict with a score but no readable `pass` passes at this score or above
 
+# -- the process ----------------------------------------------------------------------------------
+# Allocations between two young-generation collections (Python's default: 700). A call allocates
+# several hundred objects (parsed bodies, answers, headers), so the default collected about every
+# call, each time walking the objects of every call in flight; at 20,000 that walk happens every
+# few dozen calls, and most of a call's objects are already freed (by reference counting) by then.
+GC_YOUNG_THRESHOLD = 20_000
+
 # -- background work ------------------------------------------------------------------------------
 ADAPTIVE_INTERVAL = 2.0  # seconds between re-reads of the mistake rates adaptive routes follow
 POLICY_DEBOUNCE_MS = 200  # a policy file that changes again within this is read once (editors write twice)

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from router.constants import GC_YOUNG_THRESHOLD
 from router.core.adaptive import AdaptiveState
 from router.core.lanes import Choice, Lanes
 from router.core.open_calls import OpenCalls
@@ -96,6 +97,7 @@ class Runtime:
         self.background(self.adaptive.run())
         self.background(self.responses.run())
         gc.freeze()  # start-up objects (policy, pools, imports) leave the collector's scans: shorter pauses
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])  # fewer young collections (constants.py)
         self.ready = True
 
     async def close(self) -> None:

@@ -18,6 +18,7 @@ transports tell the client (router/api/headers.py).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -48,9 +49,11 @@ _REPAIRABLE = frozenset({"invalid_json", "schema_violation", "text_tool_call", "
 _backoff = wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.2)
 
 
-def _wait(state: RetryCallState) -> float:
+def _wait(deadline: float, state: RetryCallState) -> float:
+    """The backoff, never past the call's deadline (the next attempt then times out at once)."""
     exc = state.outcome.exception() if state.outcome else None
-    return _backoff(state) if isinstance(exc, Escalate) and exc.backoff else 0.0
+    wait = _backoff(state) if isinstance(exc, Escalate) and exc.backoff else 0.0
+    return max(0.0, min(wait, deadline - asyncio.get_running_loop().time()))
 
 
 class Trace:
@@ -81,17 +84,15 @@ class Trace:
 
     # -- the loop ---------------------------------------------------------------------------
     def attempts(self) -> AsyncRetrying:
+        # `wait` is a function of the deadline, not a method of this trace: tenacity's loop object
+        # refers to itself, a cycle only the garbage collector frees, which would hold the call's
+        # trace and body (every dict of it) until the next collection instead of freeing them at once.
         return AsyncRetrying(
             retry=retry_if_exception_type(Escalate),
             stop=stop_after_attempt(self.policy.escalation.max_attempts),
-            wait=self._wait,
+            wait=functools.partial(_wait, self.deadline),
             reraise=True,
         )
-
-    def _wait(self, state: RetryCallState) -> float:
-        """The backoff, never past the call's deadline (the next attempt then times out at once)."""
-        remaining = self.deadline - asyncio.get_running_loop().time()
-        return max(0.0, min(_wait(state), remaining))
 
     def next_attempt(self) -> tuple[str, dict[str, Any]]:
         """The tier and body of the next attempt: routed tier, repair on the same tier, or stronger."""
