@@ -134,8 +134,8 @@ class PooledHTTP:
     ) -> Reply:
         """POST, read a whole JSON object and `convert(raw, parsed)` it. `first_token` bounds the
         wait for the headers, `total` (or the call's deadline, if sooner) the whole: one timer,
-        moved once the headers are in; every failure, a conversion that fails included, is an
-        `UpstreamError` without secrets."""
+        moved once the headers are in unless the whole body came with them (reading it then cannot
+        wait); every failure, a conversion that fails included, is an `UpstreamError` without secrets."""
         assert self._session is not None, "start() first"
         now = asyncio.get_running_loop().time()
         end = min(now + self.config.timeouts.total, deadline)
@@ -146,7 +146,8 @@ class PooledHTTP:
                 async with asyncio.timeout_at(min(now + self.config.timeouts.first_token, end)) as limit:
                     resp = await self._session.post(self._url(url), data=data, headers=headers,
                                                     timeout=self._connect_timeout)  # fmt: skip
-                    limit.reschedule(end)
+                    if not resp.content.is_eof():
+                        limit.reschedule(end)
                     async with resp:
                         if resp.status >= 400:
                             await self._error_status(resp)
