@@ -13,7 +13,8 @@ Every target gets the same closed-loop load from its own aiohttp session:
 The phases run in rounds, each round going over every target, and the rounds' samples are pooled,
 so that a change in the machine's background load touches every target alike.
 "Added" = proxy p50 - direct p50. The targets are ratios agent-router : LiteLLM (see `verdicts`).
-`--candidate NAME=DIR` adds agent-router run from another source tree (a before/after of a change).
+`--candidate NAME=DIR` adds agent-router run from another source tree (a before/after of a change), on
+both loads, with a table of its CPU per call against this tree's (the ratio a cut is judged by).
 Writes bench/results/overhead.md and overhead.png; `--profile` also records agent-router with
 py-spy under the c=16 JSON and c=8 stream loads (bench/results/profile-*.svg, summary in the .md).
 """
@@ -124,16 +125,17 @@ class Run:
     versions: dict[str, str] = field(default_factory=dict)
     profile: list[str] = field(default_factory=list)  # markdown lines
     seconds: float = 0.0
-    candidates: list[tuple[Target, Path]] = field(default_factory=list)  # agent-router from other trees
+    candidates: list[tuple[Target, Path]] = field(default_factory=list)  # agent-router from other trees, both loads
     out: Path = RESULTS  # where the report, the plot and the flame graphs go
     litellm: bool = True  # --no-litellm: agent-router alone (no comparison, no verdicts, no plot)
     spans: int | None = None  # spans the OTLP sink received from the traced agent-router
 
     def order(self) -> list[str]:
-        """Row order: plain load (direct, LiteLLM, agent-router, traced, candidates), then the tool load."""
+        """Row order: plain load (direct, LiteLLM, agent-router, traced, candidates), then the tool load
+        (direct, agent-router, candidates)."""
         keys = [DIRECT.key, *([LITELLM.key] if self.litellm else []), ROUTER.key, QUIET.key, TRACED.key]
-        keys += [t.key for t, _ in self.candidates]
-        return [*keys, DIRECT_TOOLS.key, ROUTER_ON.key]
+        keys += [t.key for t, _ in self.candidates if not t.tools]
+        return [*keys, DIRECT_TOOLS.key, ROUTER_ON.key, *[t.key for t, _ in self.candidates if t.tools]]
 
 
 # ------------------------------------------------------------------------------------ LiteLLM env
@@ -490,10 +492,13 @@ async def run_all(cluster: Cluster, counts: Counts, log_dir: Path, run: Run, pro
             started(cluster, TRACED.label, cmd, port, "/healthz", 60, traced_env)
         )
         await add(TRACED, f"http://127.0.0.1:{port}/v1/chat/completions", proc, took)
-        for target, tree in run.candidates:  # the same as ROUTER, with `router` imported from `tree`
+        for target, tree in run.candidates:  # as ROUTER / ROUTER_ON, with `router` imported from `tree`
             port = free_port()
-            cmd = _router_cmd("serve", "--policy", str(POLICIES / "bench.yaml"), "--port", str(port),
-                              "--log-level", "warning")
+            policy = "bench-validate.yaml" if target.tools else "bench.yaml"
+            # `python -P -m router`: the console script imports the module path of this tree's CLI,
+            # which an older tree may not have; -P keeps the working directory's `router` out of the way
+            cmd = [sys.executable, "-P", "-m", "router", "serve", "--policy", str(POLICIES / policy)]
+            cmd += ["--port", str(port)]
             cand_env: dict[str, str | None] = {**env, "PYTHONPATH": str(tree)}
             proc, took = await stack.enter_async_context(
                 started(cluster, target.label, cmd, port, "/healthz", 60, cand_env)
@@ -669,12 +674,13 @@ def write_markdown(run: Run, vs: list[Verdict], path: Path) -> None:
         f"- other processes on the machine used {_others(run)} during the measured loops "
         "(busy time from /proc/stat minus this benchmark's processes)" + _noisy(run) + ".",
         *[f"- candidate {t.label.removeprefix('agent-router candidate ')}: agent-router with `router` imported "
-          f"from `{tree}` (another source tree: a before/after), on the plain load" for t, tree in run.candidates],
+          f"from `{tree}` (another source tree: a before/after), run as the row it is compared with"
+          for t, tree in run.candidates if not t.tools],
         "- tools: `bench/policies/bench-validate.yaml` (tools → `fast`, escalation to `full`: answers "
         "checked, streamed tool calls held until valid; every tier is checked, so there is no unchecked row).",
         "- access log: agent-router runs at the default `--log-level info`, one access-log line per request "
-        "to its log file; `access log off` runs at `--log-level warning` (no line), as the candidates and "
-        "the OTel row do.",
+        "to its log file, and so do the candidates; `access log off` runs at `--log-level warning` (no "
+        "line), as the OTel row does.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join(["---"] + ["---:"] * (len(COLUMNS) - 1)) + "|",
@@ -700,10 +706,11 @@ def write_markdown(run: Run, vs: list[Verdict], path: Path) -> None:
                   "| ratio | measured | target | result | from |", "|---|---:|---|---|---|"]
     for v in vs:
         lines.append(f"| {v.name} | {_f(v.value, 3)} | {v.target} | {'PASS' if v.ok else 'MISS'} | {v.detail} |")
-    for target, tree in run.candidates if vs else []:
+    for target, tree in [(t, tree) for t, tree in run.candidates if not t.tools] if vs else []:
         lines.append(f"| *{target.label}* ({tree}) | | | | |")
         for v in verdicts(run, target.key):
             lines.append(f"| *{v.name}* | {_f(v.value, 3)} | {v.target} | {'PASS' if v.ok else 'MISS'} | {v.detail} |")
+    lines += before_after(run)
     starts = [f"{run.measured[k].target.label} {_f(run.measured[k].startup, 1)} s"
               for k in (ROUTER.key, LITELLM.key) if k in run.measured and run.measured[k].startup is not None]
     lines += ["", f"Start-up until healthy: {', '.join(starts)}.", ""]
@@ -711,6 +718,25 @@ def write_markdown(run: Run, vs: list[Verdict], path: Path) -> None:
     if run.profile:
         lines += ["## Profile: agent-router under load (py-spy, `--profile`)", "", *run.profile, ""]
     path.write_text("\n".join(lines))
+
+
+def before_after(run: Run) -> list[str]:
+    """Markdown: CPU ms per call of this tree against each candidate tree, load by load (after / before)."""
+    out: list[str] = []
+    for target, tree in run.candidates:
+        mine = run.measured[ROUTER_ON.key if target.tools else ROUTER.key]
+        theirs = run.measured[target.key]
+        if not out:
+            out += ["", "## CPU per call: this tree against the candidates (same run, CPU-seconds per 1,000 calls)", "",
+                    "| load | candidate | candidate ms | this tree ms | this tree / candidate |",
+                    "|---|---|---:|---:|---:|"]  # fmt: skip
+        name = f"{target.label.removeprefix('agent-router candidate ').split(',')[0]} (`{tree}`)"
+        for phase, what in (("c16", "c=16 JSON"), ("stream", "c=8 stream")):
+            load = f"{what}, {'tools (validation on)' if target.tools else 'plain'}"
+            before, after = theirs.cpu_ms.get(phase), mine.cpu_ms.get(phase)
+            ratio = after / before if before and after is not None else None
+            out.append(f"| {load} | {name} | {_f(before)} | {_f(after)} | {_f(ratio, 3)} |")
+    return out
 
 
 def write_plot(run: Run, vs: list[Verdict], path: Path) -> None:
@@ -761,7 +787,7 @@ def print_summary(run: Run, vs: list[Verdict]) -> None:
     for v in vs:
         mark = "[green]PASS[/]" if v.ok else "[red]MISS[/]"
         console.print(f"{mark}  {v.name}: {_f(v.value, 3)} (target {v.target}; {v.detail})")
-    for target, _ in run.candidates if run.litellm else []:
+    for target, _ in [(t, tree) for t, tree in run.candidates if not t.tools] if run.litellm else []:
         for v in verdicts(run, target.key):
             mark = "[green]PASS[/]" if v.ok else "[red]MISS[/]"
             console.print(f"  {target.label}: {mark}  {v.name}: {_f(v.value, 3)} ({v.detail})")
@@ -800,6 +826,8 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not (Path(tree) / "router" / "__init__.py").is_file():
             parser.error(f"--candidate {item!r}: expected NAME=DIR with DIR/router/__init__.py")
         run.candidates.append((Target(f"candidate-{name}", f"agent-router candidate {name}", False), Path(tree)))
+        label = f"agent-router candidate {name}, tools"
+        run.candidates.append((Target(f"candidate-{name}-tools", label, True), Path(tree)))
     # Ctrl-C works even when started with SIGINT ignored (a background job of a script), and
     # SIGTERM takes the same path: asyncio cancels the run, the finally below ends every child.
     signal.signal(signal.SIGINT, signal.default_int_handler)
