@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -141,3 +142,25 @@ async def test_stream_events_received_before_a_failure_are_sent(tmp_path: Path) 
     # fast's text went out before its failure (as one write); full's follows after a blank line (its
     # role delta is dropped: the client had one)
     assert writes(sent) == [["role", "a"], ["empty", "\n\nb"], ["finish:stop"]]
+
+
+async def test_a_finished_call_leaves_none_of_its_objects_to_the_cycle_collector(tmp_path: Path) -> None:
+    """tenacity's loop object refers to itself (a cycle only the garbage collector frees); the call's
+    trace, body and answer must not hang off it, or each call's objects wait for a collection."""
+    fast = Scripted("fast", [call("get_weather", '{"city": "Paris"}')] * 30)
+    full = Scripted("full", [text("hi")] * 20)
+    async with started(POLICY, tmp_path, fast=fast, full=full) as router:
+        await pipeline.complete(router, ask("warm up", tools=True))
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(10):
+                await pipeline.complete(router, ask("weather in Paris?", tools=True))
+                _, chunks = await pipeline.stream(router, ask("weather in Paris?", tools=True, stream=True))
+                [c async for c in chunks]
+            gc.collect()
+            kept = {type(o).__qualname__ for o in gc.garbage if type(o).__module__.startswith("router.")}
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    assert kept == set()
