@@ -14,8 +14,8 @@
                         (router/core/open_calls.py); a WebSocket is closed (1012) only after that
 
 Every limit that trips counts in `router_limits_tripped{limit}`. A response's head goes out with its
-first body part, in one write (`OneWrite`). The protocols find the router in
-the lifespan state (`{"router": router}`, router/app.py), so they work in every worker process.
+first body part, in one write (`OneWrite`). The protocols find the router in the lifespan state
+(`{"router": router}`, router/app.py), so they work in every worker process.
 
     server_options(settings)   the keyword arguments of `uvicorn.run` / `uvicorn.Config` for them
 """
