@@ -14,6 +14,7 @@
     ├── ClientGone                   499 client_gone: the client left; never sent, ends the call's work
     ├── Overloaded                   503 overloaded_error / overloaded          (Retry-After)
     │   ├── ShuttingDown             503 overloaded_error / shutting_down       (a call still open at shutdown)
+    │   ├── TierOpen                 503 overloaded_error / tier_open           (every tier left is open: breaker)
     │   └── NotStarted               503 overloaded_error / not_started         (the proxy could not start)
     └── UpstreamError                502 upstream_error / upstream_error        (x-should-retry: false)
         ├── UpstreamTimeout          504 timeout_error / timeout
@@ -187,6 +188,20 @@ class ShuttingDown(Overloaded):
     """The process is stopping: a call or stream still open at the grace period ends with this."""
 
     code = "shutting_down"
+
+
+class TierOpen(Overloaded):
+    """Every tier the call could still go to is skipped by its breaker (router/core/breaker.py):
+    retry after `retry_after` seconds, when the first of them takes a trial call."""
+
+    code = "tier_open"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.wait = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "retry-after": str(self.wait)}
 
 
 class UpstreamError(RouterError):

@@ -1,8 +1,8 @@
 """Prometheus metrics, in a registry owned by the app (no process-global state).
 
 Counters mirror the stats endpoint (answers and mistakes per tier and route), plus escalations,
-one counter per limit (Envoy-style: what was refused, and why), and latency histograms per tier
-and route for time-to-first-token and total time.
+one counter per limit (Envoy-style: what was refused, and why), tiers' breakers (open, openings),
+and latency histograms per tier and route for time-to-first-token and total time.
 """
 
 from __future__ import annotations
@@ -104,6 +104,16 @@ class Metrics:
             "Parts of client requests a chat tier cannot take, left out of what it sees, by API, part and type",
             ["api", "part", "type"],
             registry=r,
+        )
+        self.tier_open = Gauge(  # router/core/breaker.py
+            "router_tier_open",
+            "1 while a tier's breaker is open or half-open (calls skip it); under workers, how many have it open",
+            ["tier"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.tier_openings = Counter(
+            "router_tier_openings", "Times a tier's breaker opened (a failed trial call included)", ["tier"], registry=r
         )
         # the children of the per-call metrics, by their labels (tiers x routes: bounded by the policy)
         self._answers: dict[tuple[str, str], Counter] = {}

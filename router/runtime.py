@@ -15,6 +15,7 @@ from typing import Any
 
 from router.constants import GC_YOUNG_THRESHOLD
 from router.core.adaptive import AdaptiveState
+from router.core.breaker import Breakers
 from router.core.lanes import Choice, Lanes
 from router.core.open_calls import OpenCalls
 from router.core.response_state import ResponseCache, ResponseState
@@ -46,6 +47,7 @@ class Runtime:
         self.tracing = Tracing(settings)  # OpenTelemetry spans; off unless OTEL_* says otherwise
         self.open = OpenCalls(self.metrics, settings.shutdown_grace)  # ended when a client leaves, at shutdown
         limits = Limits(settings.upstream_max_body_bytes, settings.upstream_max_answer_chars, self.metrics.tripped)
+        self.breakers = Breakers(self.metrics)  # per tier: skipped a while after upstream errors in a row
         self.upstreams = Upstreams(warm=settings.warm_up, limits=limits, build=build)
         self.validator = Validator(
             max_schema_bytes=settings.max_schema_bytes, max_pattern_bytes=settings.max_pattern_bytes

@@ -38,8 +38,11 @@ def free_socket() -> socket.socket:
     return sock
 
 
-def policy_text(fast_url: str, full_url: str | None = None, *, extra: str = "", routes: str | None = None) -> str:
-    """A fast/full policy; `extra` is appended YAML (top-level keys), `routes` replaces the routes."""
+def policy_text(
+    fast_url: str, full_url: str | None = None, *, extra: str = "", routes: str | None = None, breakers: bool = True
+) -> str:
+    """A fast/full policy; `extra` is appended YAML (top-level keys), `routes` replaces the routes;
+    `breakers=False` turns the tiers' breakers off (a test whose every call must meet a failing tier)."""
     full_url = full_url or fast_url
     routes = (
         routes
@@ -67,6 +70,8 @@ def policy_text(fast_url: str, full_url: str | None = None, *, extra: str = "", 
             timeouts: {{connect: 2, first_token: 5, total: 20}}
         store: memory://
     """
+    if not breakers:
+        base = base.replace("total: 20}\n", "total: 20}\n            breaker: {failures: 0}\n")
     return textwrap.dedent(base) + textwrap.dedent(routes) + textwrap.dedent(extra)
 
 

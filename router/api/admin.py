@@ -81,7 +81,8 @@ async def stats(request: Request) -> Response:
         seconds = float(window) if window else None
     except ValueError:
         raise BadRequest("'window' must be a number of seconds.", param="window") from None
-    return _json(await router.store.stats(seconds))
+    # the breakers are this process's (router/core/breaker.py): under workers, the answering worker's
+    return _json({**await router.store.stats(seconds), "breakers": router.breakers.snapshot()})
 
 
 @endpoint

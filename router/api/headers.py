@@ -35,6 +35,7 @@ def summary(trace: Trace) -> bytes:
             "escalated": trace.escalated,
             "mistakes": trace.mistakes,
             "tiers": trace.tried,
+            **({"skipped": trace.skipped} if trace.skipped else {}),
             "repaired": trace.repaired,
             "exhausted": trace.exhausted,
             "salvaged": trace.salvaged,

@@ -8,6 +8,11 @@ or a fresh sample. When no attempt is left, an answer whose mistakes the policy 
 never handed to the client: `ChecksFailed` (a retryable 502) is raised instead, unless the policy
 says `escalation.on_exhausted: deliver`.
 
+A tier whose breaker is open (router/core/breaker.py) is skipped as if it were not there: the
+attempt goes to the next stronger tier, with `tier_open` among the mistakes; with none left, the
+call ends with `TierOpen` (a retryable 503 with Retry-After). Upstream errors of a tier's making
+open its breaker; answers, however wrong, close the count.
+
 Backoff (exponential, with jitter) applies only when an upstream error sends the call back to the
 same tier; escalating to another tier or asking again after a mistake is immediate.
 
@@ -32,9 +37,9 @@ from router.core.lanes import STANDARD_LANE, Choice
 from router.core.record import Record
 from router.core.validate import Mistake
 from router.core.verify import verify
-from router.errors import ChecksFailed, UpstreamError
+from router.errors import ChecksFailed, TierOpen, UpstreamError, UpstreamStatus
 from router.policy.decide import Decision
-from router.policy.model import Policy
+from router.policy.model import Breaker, Policy
 
 if TYPE_CHECKING:
     from router.runtime import Runtime
@@ -69,6 +74,7 @@ class Trace:
         self.route = decision.route
         self.tier = decision.tier
         self.tried: list[str] = []
+        self.skipped: list[str] = []  # tiers passed over because their breaker was open
         self.mistakes: list[str] = []
         self.repaired = False
         self.exhausted = False  # every attempt failed the checks (and the answer was refused or delivered)
@@ -97,14 +103,15 @@ class Trace:
     def next_attempt(self) -> tuple[str, dict[str, Any]]:
         """The tier and body of the next attempt: routed tier, repair on the same tier, or stronger."""
         body = self.call.body
+        last = self.tried[-1] if self.tried else None
         if self._repair_tool is not None:
             body = {**body, "tool_choice": {"type": "function", "function": {"name": self._repair_tool}}}
             self._repair_tool = None
-        elif self.tried:
-            last = self.tried[-1]
+        elif last is not None:
             self.tier = self._stronger(last)
-            if self.tier != last:
-                self.record.escalated(last)
+        self.tier = self._past_open(self.tier)
+        if last is not None and self.tier != last:
+            self.record.escalated(last)
         self.tried.append(self.tier)
         spec = self._route.verify if self._route else None
         if spec is not None and spec.kind == "logprobs" and self.verifiable(self.tier) and not self.call.stream:
@@ -125,6 +132,38 @@ class Trace:
             i = chain.index(tier)
             return chain[i + 1] if i + 1 < len(chain) else tier
         return chain[0] if chain else tier
+
+    def _breaker(self, tier: str) -> Breaker:
+        model = self.policy.models.get(tier)
+        return model.breaker if model is not None else Breaker()
+
+    def _past_open(self, tier: str) -> str:
+        """`tier`, or the first stronger tier its breaker lets the call go to; `TierOpen` if none."""
+        breakers = self.router.breakers
+        skipped: list[str] = []
+        while not breakers.allow(tier, self._breaker(tier)):
+            skipped.append(tier)
+            stronger = self._stronger(tier)
+            if stronger in skipped or stronger == tier:
+                self.router.metrics.refused.labels("tier_open").inc()
+                wait = breakers.retry_after(skipped)
+                raise TierOpen(
+                    f"No tier can take this call now: {', '.join(skipped)} failed repeatedly and "
+                    f"{'is' if len(skipped) == 1 else 'are'} skipped for a while. Retry in {wait} s.",
+                    retry_after=wait,
+                )
+            tier = stronger
+        self.skipped += skipped
+        self.mistakes += ["tier_open"] * len(skipped)
+        return tier
+
+    def answered(self, tier: str) -> None:
+        """`tier` sent a whole answer (right or wrong): its breaker's count of failures starts over."""
+        self.router.breakers.succeeded(tier)
+
+    def released(self, tier: str) -> None:
+        """A call to `tier` ended neither way (cancelled: the client left, a hedge lost)."""
+        self.router.breakers.released(tier)
 
     def _may_retry(self) -> bool:
         return (
@@ -201,6 +240,11 @@ class Trace:
         self.mistakes.append(exc.mistake)
         self.record.attempt(tier, [], [Mistake(exc.mistake)], answered=False)
         client_fault = getattr(exc, "client_fault", False)
+        if client_fault:
+            self.released(tier)  # the request's fault, not the tier's
+        else:
+            reason = f"HTTP {exc.upstream_status}" if isinstance(exc, UpstreamStatus) else exc.message
+            self.router.breakers.failed(tier, self._breaker(tier), reason)
         if not client_fault and exc.mistake in self.policy.escalation.on and self._may_retry():
             raise Escalate([exc.mistake], backoff=self._stronger(tier) == tier) from exc
         raise exc
@@ -211,7 +255,7 @@ class Trace:
         if hedge is None or len(self.tried) != 1:
             return None
         other = hedge.tier or self._stronger(tier)
-        return (other, hedge.after) if other != tier else None
+        return (other, hedge.after) if other != tier and self.router.breakers.closed(other) else None
 
     def sent(self, tier: str, native: bool) -> None:
         """An attempt on `tier` starts: with the client's request itself (`native`) or the chat body."""

@@ -2,8 +2,10 @@
 
     trace = begin(call)                     lane (router/core/lanes.py), agent feedback, sticky sessions,
                                             policy.decide (pure)
-    for each attempt (tenacity):            escalation.Trace picks tier and body (routed, repair, stronger)
-        answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks
+    for each attempt (tenacity):            escalation.Trace picks tier and body (routed, repair, stronger),
+                                            past tiers whose breaker is open (router/core/breaker.py)
+        answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks;
+                                            its end (answer, upstream error, neither) told to the breaker
         salvage(answer)                     a call written as text → a tool call (router/core/salvage.py)
         trace.judge(answer)                 validate.check → record → Escalate if warranted
         trace.verify(answer)                the route's verifier (router/core/verify.py) → Escalate on reject
@@ -119,6 +121,10 @@ async def _reply(router: Runtime, trace: Trace, body: dict[str, Any], tier: str)
             reply = await upstream.complete(body, trace.deadline)
     except UpstreamError as exc:
         trace.failed(tier, exc)
+    except BaseException:
+        trace.released(tier)
+        raise
+    trace.answered(tier)  # a whole answer: the tier's breaker starts counting again (router/core/breaker.py)
     salvage_reply(trace, tier, reply)  # a call written as text, made structured (router/core/salvage.py)
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
@@ -146,19 +152,24 @@ async def _chunks(router: Runtime, trace: Trace, body: dict[str, Any], tier: str
     together: list[Chunk] = []  # ready to send, from events received in one read
     failure: UpstreamError | None = None
     try:
-        async for chunk in source:
-            received_more = chunk.more  # read first: the gate clears it on what it lets through
-            together += gate.feed(chunk)
-            if not received_more:
-                for ready in _one_write(together):
-                    yield ready
-                together = []
-    except UpstreamError as exc:
-        failure = exc
-    for ready in _one_write(together):  # what was received before the end (or the failure)
-        yield ready
+        try:
+            async for chunk in source:
+                received_more = chunk.more  # read first: the gate clears it on what it lets through
+                together += gate.feed(chunk)
+                if not received_more:
+                    for ready in _one_write(together):
+                        yield ready
+                    together = []
+        except UpstreamError as exc:
+            failure = exc
+        for ready in _one_write(together):  # what was received before the end (or the failure)
+            yield ready
+    except BaseException:  # neither an answer nor a failure of the tier's (the client left, a hedge lost)
+        trace.released(tier)
+        raise
     if failure is not None:
         trace.failed(tier, failure)
+    trace.answered(tier)  # a whole answer: the tier's breaker starts counting again (router/core/breaker.py)
     salvage_stream(trace, tier, gate)
     message = gate.message()
     trace.judge(tier, message, gate.finish_reason)

@@ -50,11 +50,28 @@ class Timeouts(Strict):
     total: PositiveFloat = 600.0
 
 
+class Breaker(Strict):
+    """When the router stops calling a tier for a while (router/core/breaker.py): after `failures`
+    upstream errors in a row it is skipped for `cooldown` s, then one trial call goes through;
+    each failed trial doubles the cooldown, up to `max_cooldown`."""
+
+    failures: int = Field(5, ge=0, description="upstream errors in a row that open the tier (0 = never)")
+    cooldown: PositiveFloat = Field(10.0, description="seconds a tier stays open before a trial call")
+    max_cooldown: PositiveFloat = Field(60.0, description="the longest cooldown, after trials that failed")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Breaker:
+        if self.max_cooldown < self.cooldown:
+            raise ValueError("max_cooldown must be at least cooldown")
+        return self
+
+
 class Tier(Strict):
     model: str = Field(description='"openai/<id>" for OpenAI-compatible servers, else a litellm provider string')
     api_base: str | None = None
     api_key: SecretStr | None = None
     timeouts: Timeouts = Timeouts()
+    breaker: Breaker = Breaker()
     max_connections: int = Field(64, ge=1, description="pool size of this tier's keep-alive connections")
     warm_connections: int = Field(2, ge=0, description="connections opened at start-up")
     keep_warm: float = Field(

@@ -264,6 +264,8 @@ async def fakes() -> AsyncIterator[Callable[[FakeConfig], Awaitable[Fake]]]:
 
 
 def policy(row: Row, fast_url: str, full_url: str) -> str:
+    """Breakers off: each transport's call must meet the row's fault itself, whatever the other
+    four calls of the row did to the tiers before it (breakers: tests/fault/test_breaker.py)."""
     return textwrap.dedent(f"""
         version: 1
         models:
@@ -272,11 +274,13 @@ def policy(row: Row, fast_url: str, full_url: str) -> str:
             api_base: {fast_url}
             warm_connections: 1
             timeouts: {row.fast_timeouts}
+            breaker: {{failures: 0}}
           full:
             model: openai/full-model
             api_base: {full_url}
             warm_connections: 1
             timeouts: {row.full_timeouts}
+            breaker: {{failures: 0}}
         aliases: {{"*": auto}}
         routes:
           - name: all

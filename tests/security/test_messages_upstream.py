@@ -198,10 +198,10 @@ async def test_messages_transport_keeps_keys_private(start_fake_, echo, proxy_, 
     happy = await proxy_(native(policy, "full", root(claude.url), NATIVE_KEY))
     # the echoing native tier alone, and in front of a healthy chat tier
     healthy = await start_fake_(FakeConfig(seed=3))
-    direct = await proxy_(native(policy_text(echo, routes=ECHO_ROUTES, extra=DIRECT + keys), "fast", root(echo),
-                                 ECHO_KEY))  # fmt: skip
-    escalating = await proxy_(native(policy_text(echo, healthy.url, routes=ECHO_ROUTES, extra=ESCALATE + keys),
-                                     "fast", root(echo), ECHO_KEY))  # fmt: skip
+    alone = policy_text(echo, routes=ECHO_ROUTES, extra=DIRECT + keys, breakers=False)
+    direct = await proxy_(native(alone, "fast", root(echo), ECHO_KEY))
+    ahead = policy_text(echo, healthy.url, routes=ECHO_ROUTES, extra=ESCALATE + keys, breakers=False)
+    escalating = await proxy_(native(ahead, "fast", root(echo), ECHO_KEY))
     attach(logs)
     seen = Seen()
     for content in ("hi", "weather?", "Paris?"):
@@ -245,10 +245,10 @@ async def test_native_tier_failures_keep_keys_private(start_fake_, proxy_, logs,
     claude = await start_fake_(FAULTS[fault])
     healthy = await start_fake_(FakeConfig(seed=5))
     keys = f'client_keys: ["{CLIENT_KEY}"]\n'
-    direct = await proxy_(native(policy_text(claude.url, routes=ECHO_ROUTES, extra=DIRECT + keys), "fast",
-                                 root(claude.url), NATIVE_KEY))  # fmt: skip
-    escalating = await proxy_(native(policy_text(claude.url, healthy.url, routes=ECHO_ROUTES, extra=ESCALATE + keys),
-                                     "fast", root(claude.url), NATIVE_KEY))  # fmt: skip
+    alone = policy_text(claude.url, routes=ECHO_ROUTES, extra=DIRECT + keys, breakers=False)
+    direct = await proxy_(native(alone, "fast", root(claude.url), NATIVE_KEY))
+    ahead = policy_text(claude.url, healthy.url, routes=ECHO_ROUTES, extra=ESCALATE + keys, breakers=False)
+    escalating = await proxy_(native(ahead, "fast", root(claude.url), NATIVE_KEY))
     attach(logs)
     seen = Seen()
     for content in ("hi", "Paris?"):

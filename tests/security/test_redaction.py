@@ -144,7 +144,7 @@ async def test_upstream_401_keeps_keys_private(start_fake_, proxy_, logs) -> Non
 
 async def test_unreachable_upstream_keeps_key_bearing_url_private(start_fake_, proxy_, logs) -> None:
     dead = f"http://127.0.0.1:{closed_port()}/v1"
-    policy = with_key(policy_text(dead, dead, extra=ESCALATE), "fast", FAST_KEY)
+    policy = with_key(policy_text(dead, dead, extra=ESCALATE, breakers=False), "fast", FAST_KEY)
     proxy = await proxy_(policy)
     attach(logs)
     seen = Seen()
@@ -226,11 +226,13 @@ async def test_upstream_echoing_the_key_is_redacted(echo, start_fake_, proxy_, l
     # no escalation: the echo tier's errors go to the client as they are (after redaction)
     direct = await proxy_(
         with_key(
-            policy_text(echo, full.url, routes=ECHO_ROUTES, extra="escalation: {max_attempts: 1}\n"), "fast", ECHO_KEY
+            policy_text(echo, full.url, routes=ECHO_ROUTES, extra="escalation: {max_attempts: 1}\n", breakers=False),
+            "fast",
+            ECHO_KEY,
         )
     )
     # escalation: the echo tier fails, the full tier answers
-    escalating = await proxy_(with_key(policy_text(echo, full.url, extra=ESCALATE), "fast", ECHO_KEY))
+    escalating = await proxy_(with_key(policy_text(echo, full.url, extra=ESCALATE, breakers=False), "fast", ECHO_KEY))
     attach(logs)
     seen = Seen()
     expected = {  # statuses of (JSON, SSE) x (no tools, tools); None: not this test's business

@@ -355,11 +355,13 @@ async def test_responses_transport_keeps_keys_private(start_fake_, echo, proxy_,
     )
     direct = await proxy_(
         with_key(
-            policy_text(echo, full.url, routes=ECHO_ROUTES, extra="escalation: {max_attempts: 1}\n"), "fast", ECHO_KEY
+            policy_text(echo, full.url, routes=ECHO_ROUTES, extra="escalation: {max_attempts: 1}\n", breakers=False),
+            "fast",
+            ECHO_KEY,
         )
     )
     escalating = await proxy_(
-        with_key(policy_text(echo, full.url, routes=ECHO_ROUTES, extra=ESCALATE), "fast", ECHO_KEY)
+        with_key(policy_text(echo, full.url, routes=ECHO_ROUTES, extra=ESCALATE, breakers=False), "fast", ECHO_KEY)
     )
     attach(logs)
     seen = Seen()
