@@ -1,6 +1,6 @@
 """Abuse: `python -m bench.abuse [--seconds 20] [--clients 4]`.
 
-One `agent-router serve` (default settings, SQLite store, open-file limit 1,024 as in the issue it
+One `agent-router serve` per setup (default settings, SQLite store, open-file limit 1,024 as in the issue it
 answers) in front of four fake upstreams on loopback: `fast` (healthy, checked, escalates to
 `full`), `full`, `hostile` (every answer endless: a JSON body, or tool-call arguments, that never
 end) and `hanging` (answers after 60 s). Legitimate agents — `--clients` closed loops of chat calls
@@ -8,8 +8,10 @@ with a tool (JSON and SSE alternately, keep-alive connections, 10 s timeout each
 attack, one at a time, `--seconds` each, and through a quiet phase of half as long just before it
 (its reference):
 
-    endless-json     4 callers routed (by a header) to `hostile`, JSON: cut at upstream_max_body_bytes, escalated
-    endless-args     4 callers, streams whose tool-call arguments never end
+    endless-json     4 callers routed (by a header) to `hostile`, JSON: cut at upstream_max_body_bytes, escalated;
+                     after 5 cuts in a row the tier's breaker skips it (10 s, then a trial call, 20 s, ...)
+    endless-args     4 callers, streams whose tool-call arguments never end (tier `hostile-sse`: the same
+                     fake, a breaker of its own)
     slow-headers     300 connections sending their headers at 1 byte/s
     silent           1,100 connections that send nothing (more than the open-file limit)
     slow-bodies      520 clients sending their body at 1 byte/s
@@ -18,10 +20,11 @@ attack, one at a time, `--seconds` each, and through a quiet phase of half as lo
 
 For each phase: legitimate calls, their success rate, p50 and p99 latency, and p99 against the
 quiet phase (goal: ≥ 99% success, p99 ≤ 2 x quiet), plus the proxy's RSS, what tripped
-(router_limits_tripped) and the CPU of each process (the proxy, the agents, the attacker, the fakes,
-everything else). Every phase runs in two setups (`setups()`): `shared` (every process on every
-core, as all figures before) and `apart` (the proxy on a core of its own, the attacker and hostile
-fakes niced beside the agents on the other — as if on machines of their own). `--profile PY_SPY`
+(router_limits_tripped, and the tiers' breakers opened) and the CPU of each process (the proxy,
+the agents, the attacker, the fakes, everything else). Every phase runs in two setups
+(`setups()`): `shared` (every process on every core, as all figures before) and `apart` (the proxy
+on a core of its own, the attacker and hostile fakes niced beside the agents on the other — as if
+on machines of their own), each with a proxy of its own (breakers closed). `--profile PY_SPY`
 records the proxy in each phase (diagnosis). Bounded in time and count; loopback only. Writes
 bench/results/abuse.md.
 """
@@ -66,12 +69,13 @@ def policy(ports: dict[str, int], db: Path) -> str:
     tiers = "".join(
         f"  {name}:\n    model: openai/{name}\n    api_base: http://127.0.0.1:{port}/v1\n    warm_connections: 2\n"
         f"    timeouts: {{connect: 2, first_token: 30, total: 60}}\n"
-        for name, port in ports.items()
+        for name, port in {**ports, "hostile-sse": ports["hostile"]}.items()  # the same fake, a breaker of its own
     )
     return (
         f"version: 1\nmodels:\n{tiers}"
         "routes:\n"
         "  - {name: hostile, when: {headers: {x-attack: endless}}, use: hostile}\n"
+        "  - {name: hostile-sse, when: {headers: {x-attack: endless-sse}}, use: hostile-sse}\n"
         "  - {name: hanging, when: {headers: {x-attack: hang}}, use: hanging}\n"
         "  - {name: tools, when: {tools: {present: true}}, use: fast}\n"
         "  - {name: default, use: full}\n"
@@ -144,7 +148,8 @@ async def callers(n: int, stop: asyncio.Event, one: Callable[[aiohttp.ClientSess
 def endless(base: str, stream: bool) -> Callable[[asyncio.Event], Awaitable[None]]:
     async def one(session: aiohttp.ClientSession) -> None:
         body = {"model": "auto", "messages": USER, "tools": [TOOL], "stream": stream}
-        async with session.post(base + "/v1/chat/completions", json=body, headers={"x-attack": "endless"}) as r:
+        attack = {"x-attack": "endless-sse" if stream else "endless"}
+        async with session.post(base + "/v1/chat/completions", json=body, headers=attack) as r:
             await r.read()
 
     return lambda stop: callers(4, stop, one)
@@ -260,7 +265,12 @@ def slow_bodies(base: str, count: int) -> Callable[[asyncio.Event], Awaitable[No
 async def tripped(base: str) -> dict[str, float]:
     async with aiohttp.ClientSession() as s, s.get(base + "/metrics") as r:
         text = await r.text()
-    return {m[0]: float(m[1]) for m in re.findall(r'^router_limits_tripped_total\{limit="(\w+)"\} (\S+)$', text, re.M)}
+    found = {m[0]: float(m[1]) for m in re.findall(r'^router_limits_tripped_total\{limit="(\w+)"\} (\S+)$', text, re.M)}
+    opened = re.findall(r'^router_tier_openings_total\{tier="([\w-]+)"\} (\S+)$', text, re.M)
+    return found | {f"{OPENED}{m[0]}": float(m[1]) for m in opened}
+
+
+OPENED = "opened:"  # a tier's breaker opened (not a limit: left out of the count per trip)
 
 
 ATTACKS: dict[str, Callable[[str], Callable[[asyncio.Event], Awaitable[None]]]] = {
@@ -426,7 +436,7 @@ def report(runs: list[tuple[Setup, list[Phase]]], seconds: float, clients: int, 
         "# Abuse: legitimate calls while the proxy is attacked",
         "",
         f"`python -m bench.abuse --seconds {seconds:g} --clients {clients}` ({took:.0f} s in all): "
-        "one `agent-router serve` "
+        "one `agent-router serve` per setup "
         f"(default settings, SQLite store, open-file limit {FD_LIMIT}) in front of fake upstreams on loopback; "
         f"{clients} legitimate agents (closed loops of chat calls with a tool, JSON and SSE alternately, keep-alive, "
         f"{CALL_TIMEOUT:g} s timeout) during each attack ({seconds:g} s; the attack starts 2 s before) and during "
@@ -487,7 +497,7 @@ def report(runs: list[tuple[Setup, list[Phase]]], seconds: float, clients: int, 
                 judged = f"{r:.2f} | {'PASS' if ok else 'MISS'}"
                 cost = c["proxy"] - len(ph.latencies) * phases[i - 1].ms_per_call() / 1000 / ph.wall
                 attack = f"{cost:.2f}"
-                count = sum(v for k, v in ph.tripped.items() if k != "idle_closed")
+                count = sum(v for k, v in ph.tripped.items() if k != "idle_closed" and not k.startswith(OPENED))
                 if count:
                     per_trip = f"{1000 * cost * (ph.wall + 3) / count:.2f}"
             lines.append(
@@ -505,7 +515,8 @@ def report(runs: list[tuple[Setup, list[Phase]]], seconds: float, clients: int, 
     lines += [
         "",
         "`tripped`: router_limits_tripped during the phase (idle keep-alive closes left out): how much of the "
-        "attack the proxy received and refused.",
+        "attack the proxy received and refused; `opened:TIER`: times that tier's breaker opened (after 5 upstream "
+        "errors in a row, or a failed trial call), not counted in `ms / trip`.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -530,14 +541,16 @@ async def main(
             fakes.append(fake := cluster.start(name, cmd, port))
             await wait_healthy(fake, f"http://127.0.0.1:{port}/health", 30)
         (work / "policy.yaml").write_text(policy(ports, work / "state.db"))
-        port = free_port()
-        cmd = f"{sys.executable} -m router serve --policy {work / 'policy.yaml'} --port {port} --log-level warning"
-        serve = f"ulimit -n {FD_LIMIT} && exec {cmd}"
-        proxy = cluster.start("proxy", ["bash", "-c", serve], port, {"AGENT_ROUTER_RELOAD_POLICY": "false"})
-        await wait_healthy(proxy, f"http://127.0.0.1:{port}/readyz", 60)
-        base = f"http://127.0.0.1:{port}"
         runs: list[tuple[Setup, list[Phase]]] = []
         for setup in setups() if only is None else [s for s in setups() if s.name == only]:
+            # a proxy of its own per setup: its breakers start closed (what one setup's attack opened
+            # would otherwise still be open, or grown, in the next's)
+            port = free_port()
+            cmd = f"{sys.executable} -m router serve --policy {work / 'policy.yaml'} --port {port} --log-level warning"
+            serve = f"ulimit -n {FD_LIMIT} && exec {cmd}"
+            proxy = cluster.start("proxy", ["bash", "-c", serve], port, {"AGENT_ROUTER_RELOAD_POLICY": "false"})
+            await wait_healthy(proxy, f"http://127.0.0.1:{port}/readyz", 60)
+            base = f"http://127.0.0.1:{port}"
             place(setup, proxy, fakes)
             phases = []
             for attack in attacks or ATTACKS:
@@ -548,6 +561,7 @@ async def main(
                           f"p99 {phase.p(99):.1f} ms; cores: {cpu}", flush=True)  # fmt: skip
                     phases.append(phase)
             runs.append((setup, phases))
+            cluster.stop(proxy)
         if pyspy is not None:
             text = [f"# py-spy on the proxy during each phase of `python -m bench.abuse --seconds {seconds:g}`", ""]
             for setup, phases in runs:
