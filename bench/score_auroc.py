@@ -1,11 +1,12 @@
 """How well the one-prefill verifier (`verify: {kind: score}`, router/core/scoring.py) separates the fast
 tier's right calls from its wrong ones, and what it adds per call.
 
-    python -m bench.score_auroc FAST_URL FULL_URL [CASES ...] [--stride N] [--out FILE]
+    python -m bench.score_auroc FAST_URL FULL_URL [CASES ...] [--stride N] [--via echo|forced] [--out FILE]
 
 FAST_URL answers each case as the fast tier would (through the local policy's fast tier settings:
 greedy, tool_choice auto, a system message when the case has none); every answer holding a tool
-call is scored by FULL_URL's model (one completions request: echo + top logprobs). Outcomes come
+call is scored by FULL_URL's model (`--via echo`: llama-cpp-python, one completions request with echo +
+top logprobs; `--via forced`: llama-server, /apply-template then /completion forcing the call). Outcomes come
 from router/eval/cases.py. Reports AUROC (right calls should score higher), the accuracy of
 accepting at the best threshold, and the scoring request's latency (p50/p95). Start the servers
 first (router.tools.llama.LlamaServer / full_server), e.g. as tests/e2e does.
@@ -50,12 +51,19 @@ def best_threshold(scored: list[tuple[float, bool]]) -> tuple[float, float]:
     return best
 
 
-async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int) -> dict[str, Any]:
+async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int, via: str) -> dict[str, Any]:
     fast = OpenAICompatUpstream(
         "fast", Tier(model="openai/gemma-3-270m", api_base=fast_url, warm_connections=0, timeouts=SLOW)
     )
     full = OpenAICompatUpstream(
-        "full", Tier(model="openai/qwen2.5-coder-1.5b", api_base=full_url, warm_connections=0, timeouts=SLOW)
+        "full",
+        Tier(
+            model="openai/qwen2.5-coder-1.5b",
+            api_base=full_url,
+            warm_connections=0,
+            timeouts=SLOW,
+            tools_system=SYSTEM["content"],  # as policies/local.yaml's full tier
+        ),
     )
     await fast.start(warm=False)
     await full.start(warm=False)
@@ -78,7 +86,7 @@ async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int)
                     continue
                 started = time.monotonic()
                 body = {"messages": case.messages, "tools": case.tools}
-                values = await call_score(full, body, calls[0], loop.time() + 900)
+                values = await call_score(full, body, calls[0], loop.time() + 900, via=via)
                 took = time.monotonic() - started
                 mean = measure(values, "mean") if values else None
                 low = measure(values, "min") if values else None
@@ -115,9 +123,10 @@ def main() -> None:
     parser.add_argument("full_url")
     parser.add_argument("cases", nargs="*", type=Path, default=[Path("evals/tool_calls.jsonl")])
     parser.add_argument("--stride", type=int, default=1)
+    parser.add_argument("--via", choices=("echo", "forced"), default="echo")
     parser.add_argument("--out", type=Path, default=Path("bench/results/score_auroc.json"))
     args = parser.parse_args()
-    result = asyncio.run(run(args.fast_url, args.full_url, args.cases, args.stride))
+    result = asyncio.run(run(args.fast_url, args.full_url, args.cases, args.stride, args.via))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     print(orjson.dumps({k: v for k, v in result.items() if k != "rows"}, option=orjson.OPT_INDENT_2).decode())

@@ -1,18 +1,29 @@
 """The one-prefill verifier (`verify: {kind: score}`): the full model *scores* the fast model's call
 instead of answering again — the idea of speculative decoding applied to tool calls.
 
-The request (messages and tools) is written in the scoring model's own prompt format with the
-proposed call as the assistant's answer, and sent once to the tier's legacy completions endpoint
-with `echo: true, logprobs: K, max_tokens: 1`: one prefill, one token. The verdict is the mean (or
-min: `measure`) log-probability of the call's own tokens (the tool's name and the arguments) given
-the prompt; the route accepts at or above `threshold`.
+The verdict is the mean (or min: `measure`) log-probability of the call's own tokens (the tool's
+name and the arguments) given the request, in the scoring model's prompt format; the route accepts
+at or above `threshold`. Two ways to ask for it (`verify.via`):
+
+    echo     llama-cpp-python: the prompt with the call as the assistant's answer, once to the legacy
+             completions endpoint with `echo: true, logprobs: K, max_tokens: 1` (one prefill, but
+             that server ranks the whole vocabulary in Python for every prompt token: slow)
+    forced   llama.cpp's llama-server (which has no prompt logprobs): the tier renders the request
+             (`POST /apply-template`, exactly the prompt its chat endpoint would build), then
+             `POST /completion` generates the call under a grammar that allows only its text, with
+             `n_probs: 1, post_sampling_probs: false`: each forced token's log-probability under the
+             raw logits. One prefill plus one decode step per call token; the prompt stays cached
+             in the server's slot, so a full answer after a rejection reuses that prefill.
 
     chatml_prompt(messages, tools)   Qwen2.5's ChatML with its tool block, exactly as its GGUF
                                      template renders under llama-cpp-python (checked in
                                      tests/e2e/test_full_tier.py)
     call_text(name, arguments)       one call as Qwen2.5 writes it
     call_logprobs(data, call, ...)   from an echo answer: the call tokens' logprobs (`measure`: mean, min)
-    score(upstream, body, call, ...) the whole round trip; None when no score could be read
+    gbnf_literal(text)               a GBNF grammar that matches exactly `text`
+    forced_logprobs(data, start, end) from a llama-server /completion answer: the forced tokens'
+                                     logprobs that begin in characters [start, end) of the call
+    score(upstream, body, call, ..., via)  the whole round trip; None when no score could be read
 
 llama-cpp-python 0.3.36 (measured): with `echo` it reports, at token i, the distribution that
 predicts token i + 1 — `token_logprobs[i]` is the token's probability given itself and is useless,
@@ -132,23 +143,56 @@ def call_logprobs(data: Mapping[str, Any], call: str, start: int, end: int) -> l
     return values or None
 
 
+def gbnf_literal(text: str) -> str:
+    """A GBNF grammar whose only sentence is `text`."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'root ::= "{escaped}"'
+
+
+def forced_logprobs(data: Mapping[str, Any], start: int, end: int) -> list[float] | None:
+    """The logprobs of the generated tokens (llama-server's `completion_probabilities`, pre-sampling)
+    that begin in characters [start, end) of the generated text; None when there are none."""
+    probs = data.get("completion_probabilities")
+    if not isinstance(probs, list):
+        return None
+    values, at = [], 0
+    for p in probs:
+        if (
+            not isinstance(p, dict)
+            or not isinstance(p.get("token"), str)
+            or not isinstance(p.get("logprob"), (int, float))
+        ):
+            return None
+        if start <= at < end:
+            values.append(float(p["logprob"]))
+        at += len(p["token"])
+    return values or None
+
+
 def measure(values: Sequence[float], how: str) -> float:
     """`mean` or `min` of a call's token logprobs."""
     return min(values) if how == "min" else sum(values) / len(values)
 
 
 async def score(
-    upstream: OpenAICompatUpstream, body: Mapping[str, Any], call: Mapping[str, Any], deadline: float, top: int = 10
+    upstream: OpenAICompatUpstream,
+    body: Mapping[str, Any],
+    call: Mapping[str, Any],
+    deadline: float,
+    top: int = 10,
+    via: str = "echo",
 ) -> list[float] | None:
-    """POST the prompt + `call` once to `upstream`'s completions endpoint; the call's token logprobs."""
-    prompt = chatml_prompt(body.get("messages") or [], body.get("tools") or [])
+    """The logprobs of `call`'s tokens given `body`, from `upstream` (`via`: see the module docstring)."""
     fn = call.get("function") or {}
     name = str(fn.get("name", ""))
     text = call_text(name, fn.get("arguments"))
     # only what the fast model chose is scored: the tool's name and the arguments, not the fixed
-    # `<tool_call>\n{"name": "` around them (Qwen under this server writes ```json, so those are
-    # unlikely tokens for every call alike)
+    # `<tool_call>\n{"name": "` around them (Qwen under llama-cpp-python writes ```json, so those
+    # are unlikely tokens for every call alike)
     start, end = text.index(name), text.rindex("}\n</tool_call>")
+    if via == "forced":
+        return await _forced(upstream, body, text, start, end, deadline)
+    prompt = chatml_prompt(body.get("messages") or [], body.get("tools") or [])
     payload = {
         "model": upstream.config.upstream_model,
         "prompt": prompt + text,
@@ -163,3 +207,33 @@ async def score(
     except UpstreamError:
         return None
     return call_logprobs(reply.data, text, start, end)
+
+
+async def _forced(
+    upstream: OpenAICompatUpstream, body: Mapping[str, Any], text: str, start: int, end: int, deadline: float
+) -> list[float] | None:
+    base = upstream.url.removesuffix("/chat/completions").removesuffix("/v1")
+    try:
+        rendered = await upstream.post_json(
+            base + "/apply-template", upstream.chat_payload(dict(body)), deadline, lambda raw, d: Reply(d, raw)
+        )
+        prompt = rendered.data.get("prompt")
+        if not isinstance(prompt, str):
+            return None
+        payload = {
+            "prompt": prompt,
+            "grammar": gbnf_literal(text),
+            "n_predict": len(text) + 8,  # a token is at least one character; room for the end token
+            "temperature": 0,
+            "n_probs": 1,
+            "post_sampling_probs": False,
+            "cache_prompt": True,
+        }
+        reply = await upstream.post_json(
+            base + "/completion", orjson.dumps(payload), deadline, lambda raw, d: Reply(d, raw)
+        )
+    except UpstreamError:
+        return None
+    if reply.data.get("content") != text:
+        return None
+    return forced_logprobs(reply.data, start, end)

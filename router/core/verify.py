@@ -20,7 +20,8 @@ verifier returns a `Verdict`:
               that server this verifier can never decide: `if_unsure` applies.
     score     one prefill on a scoring tier (default: the escalation tier): the log-probability of
               the proposed call given the request, in that model's prompt format, from its
-              completions endpoint (router/core/scoring.py); the mean (or min) must reach `threshold`.
+              server (router/core/scoring.py; `via`: echo on llama-cpp-python, forced on llama-server);
+              the mean (or min) must reach `threshold`.
 
 When no verdict is possible (the judge failed or answered nonsense, no logprobs, every extra sample
 failed) the verdict is `unsure` and `if_unsure` (default accept) decides. Verifier failures never
@@ -197,7 +198,7 @@ async def scored(
     calls = message.get("tool_calls") or []
     if not isinstance(upstream, OpenAICompatUpstream) or not calls:
         return Verdict(True, f"tier {tier!r} cannot score", unsure=True)
-    values = await scoring.score(upstream, body, calls[0], deadline)
+    values = await scoring.score(upstream, body, calls[0], deadline, via=spec.via)
     if values is None:
         return Verdict(True, "no score from the scoring tier", unsure=True)
     value = scoring.measure(values, spec.measure)

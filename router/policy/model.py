@@ -185,6 +185,11 @@ class Verify(Strict):
     temperature: float = Field(default=0.8, ge=0, le=2, description="agree: temperature of the extra samples")
     threshold: float = Field(default=-1.0, le=0, description="logprobs, score: reject when the measure is below this")
     measure: Literal["mean", "min"] = Field(default="mean", description="logprobs, score: mean or min token logprob")
+    via: Literal["echo", "forced"] = Field(
+        default="echo",
+        description="score: echo = prompt logprobs from llama-cpp-python's completions endpoint; forced = the call "
+        "generated under a grammar on llama.cpp's llama-server, each token's raw logprob (router/core/scoring.py)",
+    )
     if_unsure: Literal["accept", "reject"] = Field(
         default="accept",
         description="when no verdict is possible (judge unreadable or failing, no logprobs, no samples)",

@@ -9,6 +9,8 @@ the child processes that run the servers.
     Child             one child process: its own log file, a readiness URL, a bounded stop
     LlamaServer       a Child running `python -m llama_cpp.server` (tests start these too)
     full_server()     the full tier's LlamaServer: Qwen2.5-Coder-1.5B with FULL_CHAT_FORMAT
+    CppServer         a Child running llama.cpp's own `llama-server` binary (scripts/build-llama-server
+                      builds it from the same sources, cached beside the wheel: `llama_server_binary()`)
 
 How the llama.cpp servers are run (llama-cpp-python 0.3.36; measured on 2 cores):
   --chat_format chatml-function-calling   fast (Gemma): the generic chat format that knows `tools`
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import importlib
 import json
 import os
@@ -48,6 +51,8 @@ from router.tools.models import QWEN25_CODER_1_5B, cache_root
 MODEL_ALIAS = "gemma-3-270m"
 CHAT_FORMAT = "chatml-function-calling"
 FULL_CHAT_FORMAT: str | None = None  # the GGUF's template (see the module docstring)
+LLAMA_CPP = "llama-cpp-python==0.3.36"  # the build scripts/install and scripts/build-llama-server make
+GEMMA_TOOLS_TEMPLATE = Path(__file__).with_name("templates") / "gemma3-tools.jinja"
 READY_TIMEOUT = 120.0  # seconds for each server to answer its readiness URL
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL
 _TAIL_BYTES = 16_384
@@ -272,3 +277,67 @@ def full_server(model: Path, port: int, log_path: Path, *, n_ctx: int = 4096) ->
     return LlamaServer(
         "full", model, port, log_path, alias=QWEN25_CODER_1_5B.alias, chat_format=FULL_CHAT_FORMAT, n_ctx=n_ctx
     )
+
+
+# -- llama.cpp's own server -----------------------------------------------------------------------
+def llama_cpp_dir(root: Path | None = None) -> Path:
+    """This llama.cpp build's cache directory: the wheel and bin/llama-server (the scripts' key:
+    sha256 of the pinned version and CMAKE_ARGS)."""
+    args = os.environ.get("CMAKE_ARGS") or "-DGGML_NATIVE=OFF"
+    key = hashlib.sha256(f"{LLAMA_CPP} {args}".encode()).hexdigest()[:16]
+    return (root or cache_root()) / "llama-cpp" / key
+
+
+def llama_server_binary() -> Path:
+    """`$AGENT_ROUTER_LLAMA_SERVER`, else the binary scripts/build-llama-server caches."""
+    explicit = os.environ.get("AGENT_ROUTER_LLAMA_SERVER")
+    return Path(explicit) if explicit else llama_cpp_dir() / "bin" / "llama-server"
+
+
+def cpp_argv(
+    binary: Path,
+    model: Path,
+    port: int,
+    *,
+    alias: str,
+    template: Path | None = None,
+    threads: int | None = None,
+    n_ctx: int = 4096,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """llama-server's command line: the Jinja chat template (`template`, else the GGUF's), one slot
+    (a request owns the whole context; its prompt stays cached for the next), cores // 2 threads."""
+    threads = threads or max(1, (os.cpu_count() or 2) // 2)
+    return [
+        str(binary), "--model", str(model), "--alias", alias, "--host", "127.0.0.1", "--port", str(port),
+        "--ctx-size", str(n_ctx), "--parallel", "1", "--threads", str(threads), "--threads-batch", str(threads),
+        "--jinja", *(["--chat-template-file", str(template)] if template else []), "--no-webui", *extra_args,
+    ]  # fmt: skip
+
+
+class CppServer(Child):
+    """llama.cpp's `llama-server` on 127.0.0.1:port; ready when GET /health answers 200 (the model loaded)."""
+
+    def __init__(
+        self,
+        name: str,
+        model: Path,
+        port: int,
+        log_path: Path,
+        *,
+        alias: str,
+        template: Path | None = None,
+        n_ctx: int = 4096,
+        binary: Path | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        binary = binary or llama_server_binary()
+        argv = cpp_argv(binary, model, port, alias=alias, template=template, n_ctx=n_ctx, extra_args=extra_args)
+        super().__init__(name, argv, f"http://127.0.0.1:{port}/health", log_path)
+        self.port = port
+        self.alias = alias
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL (ends with /v1)."""
+        return f"http://127.0.0.1:{self.port}/v1"

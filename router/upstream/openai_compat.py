@@ -55,6 +55,10 @@ class OpenAICompatUpstream(PooledHTTP):
             out["messages"] = [{"role": "system", "content": system}, *messages]
         return orjson.dumps(out)
 
+    def chat_payload(self, body: dict[str, Any]) -> bytes:
+        """The JSON body a non-streamed chat request sends to this tier (defaults, params, `tools_system`)."""
+        return self._payload(body, False)
+
     async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
         legacy = "functions" in body  # a client of the legacy API reads `function_call`; others never
         payload = self._payload(body, False)

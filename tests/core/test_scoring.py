@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from router.core.scoring import call_logprobs, call_text, chatml_prompt, measure
+from router.core.scoring import call_logprobs, call_text, chatml_prompt, forced_logprobs, gbnf_literal, measure
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 
@@ -57,3 +57,21 @@ def test_echoed_logprobs_are_read_one_token_back() -> None:
     assert call_logprobs(data, "<a>XY</a>", 0, 9) is None  # tokens that do not spell the call
     assert call_logprobs({"choices": [{"logprobs": None}]}, call, 0, 1) is None
     assert call_logprobs({}, call, 0, 1) is None
+
+
+def test_a_literal_grammar_escapes_quotes_backslashes_and_newlines() -> None:
+    assert gbnf_literal('<t>\n{"a": "b\\c"}') == 'root ::= "<t>\\n{\\"a\\": \\"b\\\\c\\"}"'
+
+
+def test_forced_logprobs_are_those_of_the_tokens_inside_the_span() -> None:
+    # As llama-server answers /completion with n_probs 1, post_sampling_probs false
+    probs = [
+        {"id": 1, "token": t, "logprob": lp, "top_logprobs": []}
+        for t, lp in [("<a>", -0.1), ("b", -0.5), ("c", -2.0), ("</a>", -0.3)]
+    ]
+    data = {"content": "<a>bc</a>", "completion_probabilities": probs}
+    assert forced_logprobs(data, 3, 5) == [-0.5, -2.0]
+    assert forced_logprobs(data, 0, 9) == [-0.1, -0.5, -2.0, -0.3]
+    assert forced_logprobs(data, 20, 30) is None  # nothing inside
+    assert forced_logprobs({"content": "x"}, 0, 1) is None
+    assert forced_logprobs({"completion_probabilities": [{"token": "x"}]}, 0, 1) is None

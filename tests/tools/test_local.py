@@ -113,3 +113,38 @@ def test_run_local_refuses_busy_ports_and_missing_policy(tmp_path: Path) -> None
     assert run_local(policy=tmp_path / "nope.yaml", port=_port(), fast_port=_port(), full_port=_port()) == 1
     same = _port()
     assert run_local(policy=policy, port=same, fast_port=same, full_port=_port()) == 1
+
+
+def test_the_llama_server_cache_key_is_the_build_scripts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """router/tools/llama.py finds the binary where scripts/build-llama-server puts it (same key as the wheel)."""
+    import subprocess
+
+    from router.tools.llama import LLAMA_CPP, llama_cpp_dir, llama_server_binary
+
+    root = Path(__file__).resolve().parents[2]
+    script = (root / "scripts" / "build-llama-server").read_text()
+    assert (
+        f"LLAMA_CPP={LLAMA_CPP} " in script and f"LLAMA_CPP={LLAMA_CPP} " in (root / "scripts" / "install").read_text()
+    )
+    for args in ("", "-DGGML_NATIVE=OFF -DGGML_AVX512=ON"):
+        monkeypatch.setenv("CMAKE_ARGS", args)
+        line = f"printf '%s %s' {LLAMA_CPP} \"${{CMAKE_ARGS:--DGGML_NATIVE=OFF}}\" | sha256sum | head -c16"
+        key = subprocess.run(
+            ["bash", "-c", line],
+            capture_output=True, text=True, check=True, timeout=10,
+        ).stdout.strip()  # fmt: skip
+        assert llama_cpp_dir(tmp_path) == tmp_path / "llama-cpp" / key
+    monkeypatch.setenv("AGENT_ROUTER_LLAMA_SERVER", str(tmp_path / "llama-server"))
+    assert llama_server_binary() == tmp_path / "llama-server"
+
+
+def test_llama_server_argv_serves_one_slot_on_loopback_with_the_template(tmp_path: Path) -> None:
+    from router.tools.llama import GEMMA_TOOLS_TEMPLATE, CppServer
+
+    server = CppServer("fast", tmp_path / "m.gguf", 18555, tmp_path / "log", alias="a", template=GEMMA_TOOLS_TEMPLATE,
+                       binary=tmp_path / "llama-server")  # fmt: skip
+    argv = server.argv
+    assert argv[0] == str(tmp_path / "llama-server") and argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--parallel") + 1] == "1" and "--jinja" in argv
+    assert argv[argv.index("--chat-template-file") + 1] == str(GEMMA_TOOLS_TEMPLATE) and GEMMA_TOOLS_TEMPLATE.is_file()
+    assert (server.url, server.ready_url) == ("http://127.0.0.1:18555/v1", "http://127.0.0.1:18555/health")

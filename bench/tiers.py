@@ -1,0 +1,220 @@
+"""The two-tier eval of bench/results/tiers.md: real llama.cpp servers, a real proxy per configuration,
+both case sets (evals/tool_calls.jsonl, the 110 own cases; evals/bfcl_cases.jsonl, BFCL-style).
+
+    python -m bench.tiers run LABEL... [--fast gemma|qwen05] [--server python|cpp] [--stride N]
+    python -m bench.tiers compose FORMAT_LABEL FULL_LABEL SCORES.json THRESHOLD LABEL
+    python -m bench.tiers table
+
+LABEL is a configuration of bench/policies/eval/ (fast-only, full-only, format, score, judge, agree).
+Each run starts its two llama.cpp servers on free loopback ports (fast: Gemma 3 270M or
+Qwen2.5-Coder-0.5B; full: Qwen2.5-Coder-1.5B), then per configuration `python -m router serve` with
+that policy, the cases through it (greedy, `--max-tokens 128`), then stops everything. The servers:
+
+    python   llama-cpp-python 0.3.36 (router/tools/llama.py's LlamaServer: chatml-function-calling for
+             Gemma, the GGUF's template for Qwen)
+    cpp      llama.cpp's own llama-server from the same sources (router/tools/llama.py's CppServer:
+             the binary scripts/build-llama-server caches, or $AGENT_ROUTER_LLAMA_SERVER), `--jinja`;
+             Gemma with router/tools/templates/gemma3-tools.jinja (Gemma 3's own template shows no tools)
+
+`compose` builds "routed + score" from recorded answers instead of running it (greedy decoding:
+the same request gets the same answer): the `format` run's answers, where its fast tier delivered a
+call that bench/score_auroc.py scored below THRESHOLD (the same fast answer: its outcome must
+match, else the case is dropped and counted) taking the full-only run's answer instead. Its latency
+is the sum of the recorded ones — format + scoring + full only — an upper bound: the full answer
+after a rejection re-reads the prompt that llama-server's slot already holds from the scoring.
+
+Each server gets cores // 2 threads, as `agent-router up` runs them. Results accumulate in
+bench/results/tiers/eval.json (a run is replaced by one of the same label), each run with the load
+average at its start and end. Run the whole thing under `nice -n 19` on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from router.tools.eval import Result, Run, load_cases, markdown_table, run_cases, summarize
+from router.tools.llama import CHAT_FORMAT, GEMMA_TOOLS_TEMPLATE, Child, CppServer, LlamaServer, model_path
+from router.tools.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = (ROOT / "evals" / "tool_calls.jsonl", ROOT / "evals" / "bfcl_cases.jsonl")
+OUT = ROOT / "bench" / "results" / "tiers"
+N_CTX = 4096
+READY = 180.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def servers(fast: str, kind: str, logs: Path) -> tuple[Child, Child]:
+    """(fast, full) — not started."""
+    fast_model, fast_alias, gemma = (
+        (model_path(), "gemma-3-270m", True)
+        if fast == "gemma"
+        else (ensure(QWEN25_CODER_0_5B), QWEN25_CODER_0_5B.alias, False)
+    )
+    full_model = ensure(QWEN25_CODER_1_5B)
+    fp, up = free_port(), free_port()
+    if kind == "cpp":
+        template = GEMMA_TOOLS_TEMPLATE if gemma else None
+        return (
+            CppServer("fast", fast_model, fp, logs / "fast.log", alias=fast_alias, template=template, n_ctx=N_CTX),
+            CppServer("full", full_model, up, logs / "full.log", alias=QWEN25_CODER_1_5B.alias, n_ctx=N_CTX),
+        )
+    fast_format = CHAT_FORMAT if gemma else None
+    return (
+        LlamaServer("fast", fast_model, fp, logs / "fast.log", alias=fast_alias, chat_format=fast_format, n_ctx=N_CTX),
+        LlamaServer(
+            "full", full_model, up, logs / "full.log", alias=QWEN25_CODER_1_5B.alias, chat_format=None, n_ctx=N_CTX
+        ),
+    )
+
+
+def port_of(child: Child) -> int:
+    return int(child.ready_url.split(":")[2].split("/")[0])
+
+
+def eval_config(config: str, label: str, fast: Child, full: Child, stride: int, logs: Path) -> dict[str, Any]:
+    port = free_port()
+    env = {**os.environ, "FAST_PORT": str(port_of(fast)), "FULL_PORT": str(port_of(full))}
+    policy = ROOT / "bench" / "policies" / "eval" / f"{config}.yaml"
+    argv = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
+    argv += ["--store", "memory://", "--log-level", "warning"]
+    proxy = Child("proxy", argv, f"http://127.0.0.1:{port}/healthz", logs / f"proxy-{config}.log", env=env)
+    cases = [c for path in CASES for c in load_cases(path)[::stride]]
+    with proxy:
+        proxy.wait_ready(60.0)
+        started, before = time.time(), load()
+
+        def progress(r: Any) -> None:
+            print(
+                f"  {label:<28} {r.id:<22} {r.outcome:<14} {r.tier or '-':<5} {r.seconds:6.1f} s  {r.call[:60]}",
+                flush=True,
+            )
+
+        run = asyncio.run(
+            run_cases(cases, f"http://127.0.0.1:{port}/v1", label=label, max_tokens=128, call_timeout=900.0,
+                      extra={"temperature": 0}, on_result=progress)
+        )  # fmt: skip
+    data = asdict(run)
+    data |= {
+        "stride": stride,
+        "load_before": before,
+        "load_after": load(),
+        "minutes": round((time.time() - started) / 60, 1),
+    }
+    return data
+
+
+def save(run: dict[str, Any]) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / "eval.json"
+    runs = [r for r in orjson.loads(path.read_bytes())["runs"] if r["label"] != run["label"]] if path.exists() else []
+    path.write_bytes(orjson.dumps({"runs": [*runs, run]}, option=orjson.OPT_INDENT_2))
+
+
+def run(configs: list[str], fast_name: str, kind: str, stride: int) -> None:
+    logs = OUT / "logs" / f"{fast_name}-{kind}"
+    fast, full = servers(fast_name, kind, logs)
+    try:
+        for child in (fast, full):
+            child.start()
+        for child in (fast, full):
+            child.wait_ready(READY)
+        for config in configs:
+            label = f"{config} · fast {fast_name} · {kind}"
+            result = eval_config(config, label, fast, full, stride, logs)
+            save(result)
+            print(markdown_table([result]), flush=True)
+    finally:
+        for child in (fast, full):
+            child.stop()
+
+
+def compose(format_label: str, full_label: str, scores: Path, threshold: float, label: str) -> dict[str, Any]:
+    runs = {r["label"]: r for r in orjson.loads((OUT / "eval.json").read_bytes())["runs"]}
+    routed, full = runs[format_label], {r["id"]: r for r in runs[full_label]["results"]}
+    scored = {r["id"]: r for r in orjson.loads(scores.read_bytes())["rows"]}
+    results, dropped = [], []
+    for r in routed["results"]:
+        s = scored.get(r["id"])
+        if r["tier"] == "fast" and r["call"] and r["outcome"] != "error":
+            if s is None or s["score"] is None or s["outcome"] != r["outcome"] or r["id"] not in full:
+                dropped.append(r["id"])
+                continue
+            if s["score"] < threshold:
+                f = full[r["id"]]
+                r = {
+                    **f,
+                    "seconds": r["seconds"] + s["seconds"] + f["seconds"],
+                    "escalated": True,
+                    "mistakes": "verifier_reject",
+                }
+            else:
+                r = {**r, "seconds": r["seconds"] + s["seconds"]}
+        results.append(r)
+    run = summarize(Run(label=label, url="composed", results=[Result(**x) for x in results]), "full")
+    data = asdict(run) | {"stride": routed["stride"], "load_before": "composed", "load_after": "composed", "minutes": 0}
+    return data | {"composed_from": [format_label, full_label, str(scores), threshold], "dropped": dropped}
+
+
+def table() -> str:
+    runs = orjson.loads((OUT / "eval.json").read_bytes())["runs"]
+    lines = [
+        markdown_table(runs),
+        "",
+        "| run | stride | cases | load at start → end | minutes |",
+        "|---|---:|---:|---|---:|",
+    ]
+    lines += [
+        f"| {r['label']} | {r['stride']} | {r['cases']} | {r['load_before']} → {r['load_after']} | {r['minutes']} |"
+        for r in runs
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("configs", nargs="+")
+    r.add_argument("--fast", choices=("gemma", "qwen05"), default="gemma")
+    r.add_argument("--server", choices=("python", "cpp"), default="python")
+    r.add_argument("--stride", type=int, default=1)
+    c = sub.add_parser("compose")
+    c.add_argument("format_label")
+    c.add_argument("full_label")
+    c.add_argument("scores", type=Path)
+    c.add_argument("threshold", type=float)
+    c.add_argument("label")
+    sub.add_parser("table")
+    args = parser.parse_args()
+    if args.cmd == "run":
+        run(args.configs, args.fast, args.server, args.stride)
+    elif args.cmd == "compose":
+        result = compose(args.format_label, args.full_label, args.scores, args.threshold, args.label)
+        save(result)
+        print(markdown_table([result]), f"dropped: {result['dropped']}")
+    else:
+        print(table())
+
+
+if __name__ == "__main__":
+    main()
