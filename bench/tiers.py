@@ -1,7 +1,9 @@
 """The two-tier eval of bench/results/tiers.md: real llama.cpp servers, a real proxy per configuration,
 both case sets (evals/tool_calls.jsonl, the 110 own cases; evals/bfcl_cases.jsonl, BFCL-style).
 
-    python -m bench.tiers run LABEL... [--fast gemma|qwen05] [--server python|cpp] [--stride N]
+    python -m bench.tiers run LABEL... [--fast gemma|qwen05] [--server python|cpp] [--fast-server python|cpp]
+                                       [--stride N]
+    python -m bench.tiers score [--fast gemma|qwen05] [--fast-server python|cpp] [--stride N]
     python -m bench.tiers compose FORMAT_LABEL FULL_LABEL SCORES.json THRESHOLD LABEL
     python -m bench.tiers table
 
@@ -63,28 +65,19 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def servers(fast: str, kind: str, logs: Path) -> tuple[Child, Child]:
-    """(fast, full) — not started."""
-    fast_model, fast_alias, gemma = (
-        (model_path(), "gemma-3-270m", True)
-        if fast == "gemma"
-        else (ensure(QWEN25_CODER_0_5B), QWEN25_CODER_0_5B.alias, False)
-    )
-    full_model = ensure(QWEN25_CODER_1_5B)
-    fp, up = free_port(), free_port()
+def server(tier: str, model_name: str, kind: str, port: int, logs: Path) -> Child:
+    """One llama.cpp server, not started: model gemma, qwen05 (Qwen2.5-Coder-0.5B) or qwen15 (1.5B)."""
+    model, alias = {
+        "gemma": (model_path, "gemma-3-270m"),
+        "qwen05": (lambda: ensure(QWEN25_CODER_0_5B), QWEN25_CODER_0_5B.alias),
+        "qwen15": (lambda: ensure(QWEN25_CODER_1_5B), QWEN25_CODER_1_5B.alias),
+    }[model_name]
+    log = logs / f"{tier}.log"
     if kind == "cpp":
-        template = GEMMA_TOOLS_TEMPLATE if gemma else None
-        return (
-            CppServer("fast", fast_model, fp, logs / "fast.log", alias=fast_alias, template=template, n_ctx=N_CTX),
-            CppServer("full", full_model, up, logs / "full.log", alias=QWEN25_CODER_1_5B.alias, n_ctx=N_CTX),
-        )
-    fast_format = CHAT_FORMAT if gemma else None
-    return (
-        LlamaServer("fast", fast_model, fp, logs / "fast.log", alias=fast_alias, chat_format=fast_format, n_ctx=N_CTX),
-        LlamaServer(
-            "full", full_model, up, logs / "full.log", alias=QWEN25_CODER_1_5B.alias, chat_format=None, n_ctx=N_CTX
-        ),
-    )
+        template = GEMMA_TOOLS_TEMPLATE if model_name == "gemma" else None
+        return CppServer(tier, model(), port, log, alias=alias, template=template, n_ctx=N_CTX)
+    chat_format = CHAT_FORMAT if model_name == "gemma" else None
+    return LlamaServer(tier, model(), port, log, alias=alias, chat_format=chat_format, n_ctx=N_CTX)
 
 
 def port_of(child: Child) -> int:
@@ -130,22 +123,48 @@ def save(run: dict[str, Any]) -> None:
     path.write_bytes(orjson.dumps({"runs": [*runs, run]}, option=orjson.OPT_INDENT_2))
 
 
-def run(configs: list[str], fast_name: str, kind: str, stride: int) -> None:
-    logs = OUT / "logs" / f"{fast_name}-{kind}"
-    fast, full = servers(fast_name, kind, logs)
+def run(configs: list[str], fast_name: str, kind: str, fast_kind: str, stride: int) -> None:
+    logs = OUT / "logs" / f"{fast_name}-{fast_kind}-{kind}"
+    fast = server("fast", fast_name, fast_kind, free_port(), logs)
+    full = server("full", "qwen15", kind, free_port(), logs)
     try:
         for child in (fast, full):
             child.start()
         for child in (fast, full):
             child.wait_ready(READY)
         for config in configs:
-            label = f"{config} · fast {fast_name} · {kind}"
+            label = f"{config} · fast {fast_name}{f' ({fast_kind})' if fast_kind != kind else ''} · {kind}"
             result = eval_config(config, label, fast, full, stride, logs)
             save(result)
             print(markdown_table([result]), flush=True)
     finally:
         for child in (fast, full):
             child.stop()
+
+
+def score(fast_name: str, fast_kind: str, stride: int) -> Path:
+    """bench/score_auroc.py with its servers: fast as given, full Qwen2.5-Coder-1.5B on llama-server (forced)."""
+    from bench.score_auroc import run as score_run
+
+    logs = OUT / "logs" / f"score-{fast_name}-{fast_kind}"
+    fast = server("fast", fast_name, fast_kind, free_port(), logs)
+    full = server("full", "qwen15", "cpp", free_port(), logs)
+    out = OUT / f"score-{fast_name}-{fast_kind}.json"
+    try:
+        for child in (fast, full):
+            child.start()
+        for child in (fast, full):
+            child.wait_ready(READY)
+        before = load()
+        url = f"http://127.0.0.1:{port_of(fast)}/v1", f"http://127.0.0.1:{port_of(full)}/v1"
+        result = asyncio.run(score_run(*url, list(CASES), stride, "forced"))
+    finally:
+        for child in (fast, full):
+            child.stop()
+    result |= {"stride": stride, "load_before": before, "load_after": load()}
+    out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    print(orjson.dumps({k: v for k, v in result.items() if k != "rows"}, option=orjson.OPT_INDENT_2).decode())
+    return out
 
 
 def compose(format_label: str, full_label: str, scores: Path, threshold: float, label: str) -> dict[str, Any]:
@@ -197,7 +216,12 @@ def main() -> None:
     r.add_argument("configs", nargs="+")
     r.add_argument("--fast", choices=("gemma", "qwen05"), default="gemma")
     r.add_argument("--server", choices=("python", "cpp"), default="python")
+    r.add_argument("--fast-server", choices=("python", "cpp"), help="the fast tier's (default: --server)")
     r.add_argument("--stride", type=int, default=1)
+    sc = sub.add_parser("score")
+    sc.add_argument("--fast", choices=("gemma", "qwen05"), default="gemma")
+    sc.add_argument("--fast-server", choices=("python", "cpp"), default="python")
+    sc.add_argument("--stride", type=int, default=1)
     c = sub.add_parser("compose")
     c.add_argument("format_label")
     c.add_argument("full_label")
@@ -207,7 +231,9 @@ def main() -> None:
     sub.add_parser("table")
     args = parser.parse_args()
     if args.cmd == "run":
-        run(args.configs, args.fast, args.server, args.stride)
+        run(args.configs, args.fast, args.server, args.fast_server or args.server, args.stride)
+    elif args.cmd == "score":
+        score(args.fast, args.fast_server, args.stride)
     elif args.cmd == "compose":
         result = compose(args.format_label, args.full_label, args.scores, args.threshold, args.label)
         save(result)

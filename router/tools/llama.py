@@ -8,11 +8,19 @@ the child processes that run the servers.
                       tier's Qwen2.5-Coder-1.5B comes from router/tools/models.py's `ensure()`.
     Child             one child process: its own log file, a readiness URL, a bounded stop
     LlamaServer       a Child running `python -m llama_cpp.server` (tests start these too)
-    full_server()     the full tier's LlamaServer: Qwen2.5-Coder-1.5B with FULL_CHAT_FORMAT
     CppServer         a Child running llama.cpp's own `llama-server` binary (scripts/build-llama-server
                       builds it from the same sources, cached beside the wheel: `llama_server_binary()`)
+    full_server()     the full tier, Qwen2.5-Coder-1.5B: a CppServer once the binary is built (as
+                      scripts/install does), else a LlamaServer with FULL_CHAT_FORMAT
 
-How the llama.cpp servers are run (llama-cpp-python 0.3.36; measured on 2 cores):
+Which server (bench/results/tiers.md): the fast tier (Gemma) stays on llama-cpp-python — under
+llama-server its own template shows no tools, and with a tools template (templates/gemma3-tools.jinja)
+it echoed the template instead of calling; the full tier runs on llama-server (as accurate, and its
+/completion scores a call in one prefill: the `score` verifier's `via: forced`). llama-server runs
+with `--jinja` (the GGUF's template), one slot (`--parallel 1`: a request's prompt stays cached for
+the next one sharing its prefix) and cores // 2 threads.
+
+How llama-cpp-python 0.3.36's servers are run (measured on 2 cores):
   --chat_format chatml-function-calling   fast (Gemma): the generic chat format that knows `tools`
                       (it shows them only inside a system message: the policy's `tools_system`)
   no --chat_format    full (Qwen2.5-Coder): the GGUF's own template, which shows the tools with or
@@ -272,8 +280,12 @@ class LlamaServer(Child):
         return f"http://127.0.0.1:{self.port}/v1"
 
 
-def full_server(model: Path, port: int, log_path: Path, *, n_ctx: int = 4096) -> LlamaServer:
-    """The local full tier: Qwen2.5-Coder-1.5B-Instruct (router/tools/models.py) with FULL_CHAT_FORMAT."""
+def full_server(model: Path, port: int, log_path: Path, *, n_ctx: int = 4096) -> LlamaServer | CppServer:
+    """The local full tier, Qwen2.5-Coder-1.5B-Instruct (router/tools/models.py): on llama.cpp's
+    llama-server when scripts/build-llama-server built it (its chat template, `--jinja`), else on
+    llama-cpp-python with FULL_CHAT_FORMAT (bench/results/tiers.md compares the two)."""
+    if llama_server_binary().is_file():
+        return CppServer("full", model, port, log_path, alias=QWEN25_CODER_1_5B.alias, n_ctx=n_ctx)
     return LlamaServer(
         "full", model, port, log_path, alias=QWEN25_CODER_1_5B.alias, chat_format=FULL_CHAT_FORMAT, n_ctx=n_ctx
     )

@@ -24,7 +24,17 @@ from types import FrameType
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn
 
-from router.tools.llama import READY_TIMEOUT, Child, ChildFailed, LlamaServer, exit_reason, full_server, model_path
+from router.tools.llama import (
+    READY_TIMEOUT,
+    Child,
+    ChildFailed,
+    CppServer,
+    LlamaServer,
+    exit_reason,
+    full_server,
+    llama_server_binary,
+    model_path,
+)
 from router.tools.models import QWEN25_CODER_1_5B, ensure
 
 __all__ = ["Child", "ChildFailed", "LlamaServer", "model_path", "port_free", "run_local"]
@@ -80,7 +90,9 @@ def _wait_all(console: Console, children: Sequence[Child], timeout: float) -> No
             time.sleep(0.1)
 
 
-def _banner(console: Console, port: int, policy: Path, servers: Sequence[LlamaServer], proxy: Child) -> None:
+def _banner(
+    console: Console, port: int, policy: Path, servers: Sequence[LlamaServer | CppServer], proxy: Child
+) -> None:
     base = f"http://127.0.0.1:{port}/v1"
     body = '{"model": "auto", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 32}'
     snippet = (
@@ -155,7 +167,9 @@ def run_local(policy: Path, port: int, fast_port: int, full_port: int) -> int:
         return 1
     env = {**os.environ, "FAST_PORT": str(fast_port), "FULL_PORT": str(full_port)}
     fast = LlamaServer("fast", fast_model, fast_port, LOG_DIR / "fast.log")
-    full = full_server(full_model, full_port, LOG_DIR / "full.log")
+    full = full_server(full_model, full_port, LOG_DIR / "full.log")  # on llama-server once it is built
+    if isinstance(full, LlamaServer):
+        console.print(f"no {llama_server_binary()} (scripts/build-llama-server): full runs on llama-cpp-python")
     serve = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
     proxy = Child("proxy", serve, f"http://127.0.0.1:{port}/healthz", LOG_DIR / "router.log", env=env)
     children: list[Child] = [fast, full, proxy]

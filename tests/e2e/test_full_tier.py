@@ -3,11 +3,14 @@ pinned PyPI wheels (router/tools/models.py), behind policies/local.yaml as shipp
 
 The rest of the e2e suite runs Gemma 3 270M in both tiers for speed (a 1.5B answer takes seconds
 to minutes on a shared 2-core machine); these few checks are what is specific to the real full
-tier: a tool call with no system message, answered by full, arrives as a structured call.
+tier: a tool call with no system message, answered by full, arrives as a structured call; the
+one-prefill verifier's forced scoring on llama-server (the full tier's server once
+scripts/build-llama-server built it, as scripts/install does).
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
@@ -15,8 +18,11 @@ import openai
 import orjson
 import pytest
 
-from router.tools.llama import ChildFailed, LlamaServer, full_server
+from router.core.scoring import score
+from router.policy.model import Tier
+from router.tools.llama import ChildFailed, CppServer, LlamaServer, full_server
 from router.tools.models import QWEN25_CODER_1_5B, ensure
+from router.upstream.openai_compat import OpenAICompatUpstream
 from tests.conftest import Proxy
 from tests.e2e.conftest import LOCAL_POLICY, N_CTX, READY_TIMEOUT, Llama
 
@@ -39,7 +45,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+def qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer | CppServer]:
     model = ensure(QWEN25_CODER_1_5B, show_progress=False)  # cached by scripts/install: no download here
     server = full_server(model, _free_port(), tmp_path_factory.mktemp("qwen") / "full.log", n_ctx=N_CTX)
     try:
@@ -56,7 +62,10 @@ def qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
 
 @pytest.fixture
 async def real_tiers(
-    llama: Llama, qwen: LlamaServer, proxy_: Callable[..., Awaitable[Proxy]], monkeypatch: pytest.MonkeyPatch
+    llama: Llama,
+    qwen: LlamaServer | CppServer,
+    proxy_: Callable[..., Awaitable[Proxy]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[openai.AsyncOpenAI]:
     monkeypatch.setenv("FAST_PORT", str(llama.fast.port))
     monkeypatch.setenv("FULL_PORT", str(qwen.port))
@@ -133,3 +142,22 @@ def test_the_scoring_prompt_is_what_the_models_template_renders() -> None:
     ]
     for messages in conversations:
         assert chatml_prompt(messages, [tool]) == template(messages=messages, tools=[tool]).prompt
+
+
+async def test_forced_scoring_ranks_the_right_call_above_a_wrong_one(qwen: LlamaServer | CppServer) -> None:
+    """`verify: {kind: score, via: forced}` against llama-server: the call's tokens under a grammar."""
+    if not isinstance(qwen, CppServer):
+        pytest.fail("the full tier is not on llama-server: scripts/install builds it (scripts/build-llama-server)")
+    tier = Tier(model="openai/qwen", api_base=qwen.url, warm_connections=0, tools_system="You are a helpful assistant.")
+    upstream = OpenAICompatUpstream("full", tier)
+    await upstream.start(warm=False)
+    body = {"messages": [{"role": "user", "content": "What is the weather in Paris right now?"}], "tools": [WEATHER]}
+    try:
+        deadline = asyncio.get_running_loop().time() + 300
+        calls = [{"function": {"name": "get_weather", "arguments": f'{{"city": "{c}"}}'}} for c in ("Paris", "Oslo")]
+        right, wrong = [await score(upstream, body, c, deadline, via="forced") for c in calls]
+    finally:
+        await upstream.close()
+    assert right is not None and wrong is not None
+    assert len(right) == len(wrong) >= 5  # the name and arguments' tokens, nothing of the tags
+    assert min(right) > -1.0 and min(wrong) < -5.0  # "Oslo" is unlikely given a question about Paris
