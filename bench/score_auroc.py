@@ -4,11 +4,14 @@ tier's right calls from its wrong ones, and what it adds per call.
     python -m bench.score_auroc FAST_URL FULL_URL [CASES ...] [--stride N] [--via echo|forced] [--out FILE]
 
 FAST_URL answers each case as the fast tier would (through the local policy's fast tier settings:
-greedy, tool_choice auto, a system message when the case has none); every answer holding a tool
+greedy, tool_choice auto, a system message when the case has none; a call written as text salvaged
+as the proxy does); every answer holding a tool
 call is scored by FULL_URL's model (`--via echo`: llama-cpp-python, one completions request with echo +
 top logprobs; `--via forced`: llama-server, /apply-template then /completion forcing the call). Outcomes come
 from router/eval/cases.py. Reports AUROC (right calls should score higher), the accuracy of
-accepting at the best threshold, and the scoring request's latency (p50/p95). Start the servers
+accepting at the best threshold, and the scoring request's latency (p50/p95). The same for the fast
+answer's own token logprobs (`own`, `own_min`: what `verify: {kind: logprobs}` reads, at no cost;
+llama-cpp-python returns none for tool calls, llama-server does). Start the servers
 first (router.tools.llama.LlamaServer / full_server), e.g. as tests/e2e does.
 """
 
@@ -23,10 +26,13 @@ from typing import Any
 
 import orjson
 
+from router.core.salvage import salvaged_message
 from router.core.scoring import measure
 from router.core.scoring import score as call_score
+from router.core.validate import Validator
+from router.core.verify import logprob_measure
 from router.policy.model import Tier, Timeouts
-from router.tools.eval.cases import load_cases, score
+from router.tools.eval.cases import load_cases, offered_names, score
 from router.upstream.openai_compat import OpenAICompatUpstream
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -68,6 +74,7 @@ async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int,
     await fast.start(warm=False)
     await full.start(warm=False)
     rows: list[dict[str, Any]] = []
+    validator = Validator()
     try:
         for path in case_files:
             for case in load_cases(path)[::stride]:
@@ -75,14 +82,19 @@ async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int,
                     continue  # "no call is right": nothing to score
                 messages = case.messages if case.messages[0].get("role") == "system" else [SYSTEM, *case.messages]
                 body = {"model": "x", "messages": messages, "tools": case.tools, "tool_choice": "auto"}
-                body |= {"temperature": 0, "max_tokens": 128}
+                body |= {"temperature": 0, "max_tokens": 128, "logprobs": True}  # for `kind: logprobs`
                 loop = asyncio.get_running_loop()
                 reply = await fast.complete(body, loop.time() + 300)
-                message = reply.data["choices"][0]["message"]
+                choice = reply.data["choices"][0]
+                message = choice["message"]
+                # as the proxy does (salvage is on in every route): a call written as text becomes a tool call
+                fixed = salvaged_message(message, body, offered_names(case.tools), validator)
+                message = fixed or message
+                own = {"own": logprob_measure(choice, "mean"), "own_min": logprob_measure(choice, "min")}
                 outcome = score(case, message).kind
                 calls = message.get("tool_calls") or []
                 if not calls:
-                    rows.append({"id": case.id, "outcome": outcome, "score": None, "min": None, "seconds": None})
+                    rows.append({"id": case.id, "outcome": outcome, "score": None, "min": None, "seconds": None, **own})
                     continue
                 started = time.monotonic()
                 body = {"messages": case.messages, "tools": case.tools}
@@ -90,7 +102,7 @@ async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int,
                 took = time.monotonic() - started
                 mean = measure(values, "mean") if values else None
                 low = measure(values, "min") if values else None
-                row = {"id": case.id, "outcome": outcome, "score": mean, "min": low, "seconds": took}
+                row = {"id": case.id, "outcome": outcome, "score": mean, "min": low, "seconds": took, **own}
                 rows.append({**row, "call": calls[0].get("function"), "logprobs": values})
                 print(f"{case.id:<24} {outcome:<14} mean {mean} min {low}  {took:.1f} s", flush=True)
     finally:
@@ -98,10 +110,10 @@ async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int,
         await full.close()
     seconds = sorted(r["seconds"] for r in rows if r["seconds"] is not None)
     out: dict[str, Any] = {"answers": len(rows)}
-    for key in ("score", "min"):
-        scored = [(r[key], r["outcome"] == "correct") for r in rows if r[key] is not None]
+    for key in ("score", "min", "own", "own_min"):
+        scored = [(r[key], r["outcome"] == "correct") for r in rows if r[key] is not None and r["seconds"] is not None]
         threshold, accuracy = best_threshold(scored) if scored else (None, None)
-        out[key.replace("score", "mean")] = {
+        out[{"score": "mean"}.get(key, key)] = {
             "scored_calls": len(scored),
             "right_calls": sum(ok for _, ok in scored),
             "auroc": auroc([s for s, ok in scored if ok], [s for s, ok in scored if not ok]),

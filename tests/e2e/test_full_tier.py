@@ -159,5 +159,5 @@ async def test_forced_scoring_ranks_the_right_call_above_a_wrong_one(qwen: Llama
     finally:
         await upstream.close()
     assert right is not None and wrong is not None
-    assert len(right) == len(wrong) >= 5  # the name and arguments' tokens, nothing of the tags
+    assert min(len(right), len(wrong)) >= 5  # the name and arguments' tokens
     assert min(right) > -1.0 and min(wrong) < -5.0  # "Oslo" is unlikely given a question about Paris
