@@ -13,6 +13,9 @@ is judged as written (a `text_tool_call` mistake) and escalates as before.
 
 On by default for every route; a route turns it off with `salvage: false`. A salvaged answer is
 counted (`salvaged` in stats, per tier, route and tool) and marked (`x-router-salvaged: true`).
+A call that opens like one but stops short of its closing brackets (`{"name": "x", "arguments": {"a": 1}`:
+small models end early) is closed — at most `_MAX_CLOSERS` brackets, only after a complete value,
+never inside a string — and then salvaged like any other, schema check included.
 Text the client already received cannot be taken back: in a stream only text the `Gate` held (it
 holds text that opens like a call when tools are offered) is salvaged.
 """
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from router.core.text_calls import written_call_objects
+from router.core.text_calls import opens_like_call, written_call_objects
 from router.core.validate import Validator
 
 if TYPE_CHECKING:
@@ -39,6 +42,38 @@ _WRAPPING = re.compile(
     r"```[ \t]*[\w-]*|</?tool_call>|<\|im_(?:start|end)\|>|\bfunctions\.[\w.-]+:|^\s*(?:json|tool_call)\s*$",
     re.I | re.M,
 )
+
+
+_MAX_CLOSERS = 3
+_MAX_CLOSE_SCAN = 16_384  # characters: a call cut short is short; longer text is not scanned
+_CLOSER = {"{": "}", "[": "]"}
+
+
+def _closed(text: str) -> str | None:
+    """`text` with the brackets it leaves open closed, if it ends right after a complete JSON value
+    with at most `_MAX_CLOSERS` open; else None (inside a string, after `:` or `,`, or balanced)."""
+    if len(text) > _MAX_CLOSE_SCAN:
+        return None
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in _CLOSER:
+            stack.append(_CLOSER[ch])
+        elif ch in "}]" and (not stack or stack.pop() != ch):
+            return None
+    tail = text.rstrip()
+    if in_string or not stack or len(stack) > _MAX_CLOSERS or not tail or tail[-1] in ":,{[":
+        return None
+    return tail + "".join(reversed(stack))
 
 
 def _call_id() -> str:
@@ -64,6 +99,9 @@ def salvaged_message(
     if message.get("tool_calls") or not isinstance(content, str) or not names:
         return None
     written = written_call_objects(content, names)
+    if not written and opens_like_call(content) and (closed := _closed(content)) is not None:
+        content = closed
+        written = written_call_objects(content, names)
     if not written:
         return None
     calls = []

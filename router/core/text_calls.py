@@ -13,6 +13,9 @@ the validator's judgement.
                                 router/core/salvage.py turns into structured calls)
     TextRules.announced()       a forward-looking announcement ("I'll call <tool>", "Calling <tool>")
                                 matched by `announced_call_patterns`; `<tool>` is any offered name
+    opens_like_call(text)       the answer opens like a call written as JSON (`{"name": …, "arguments": …`
+                                bare, after a fence or a `<tool_call>` tag), whether or not it decodes:
+                                a call cut short or naming a tool nobody offered is still a call attempt
 """
 
 from __future__ import annotations
@@ -35,6 +38,19 @@ _ARG_KEYS: Final = ("arguments", "parameters", "args", "input")
 _NAME_KEYS: Final = ("name", "function", "tool", "tool_name")
 _JSON_SCAN_LIMIT: Final = 64  # '{' positions tried per answer, bounds the cost on brace-heavy code
 _DECODER: Final = json.JSONDecoder()
+_CALL_OPENING: Final = re.compile(
+    r"\A\s*(?:```[ \t]*[\w-]*\s*)?(?:<tool_call>\s*)?\[?\s*\{"
+    r'\s*"(?:name|function|tool|tool_name)"\s*:\s*"[^"\n]{0,200}"'
+    r'\s*,\s*"(?:arguments|parameters|args|input)"\s*:'
+    r"|^[ \t]*<tool_call>",
+    re.M,
+)
+
+
+def opens_like_call(text: str) -> bool:
+    """Does the answer open like a tool call written as JSON (or hold a line-opening `<tool_call>` tag)?
+    Decodable or not: what `written_calls` finds nothing in is then a broken call, not prose."""
+    return _CALL_OPENING.search(text) is not None
 
 
 @dataclass(frozen=True, slots=True)

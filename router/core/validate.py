@@ -23,6 +23,9 @@ Judgement calls (see also the tests):
   larger than `max_schema_bytes`, or with a pattern Python's `re` reads but the engine refuses within
   `max_pattern_bytes` (e.g. a huge repetition), is `SchemaTooCostly` (400) then, not a stall later.
 - `tool_choice: "none"` offers no tool: any call is `unknown_tool`; text is never inspected.
+- A text answer that opens like a call written as JSON (`{"name": …, "arguments": …` bare, fenced or
+  tagged) but holds no call that decodes and names an offered tool — cut short, unbalanced, an
+  unknown name — is `text_tool_call` too: an attempt at a call, not an answer in words.
 - One root cause, one mistake: an empty answer is only `empty_response`; a call leaked into text is
   only `text_tool_call` (it also satisfies `tool_choice` when it names the required tool); an
   announced-but-not-made call is checked only when nothing else was found.
@@ -45,7 +48,7 @@ import jsonschema_rs
 import orjson
 
 from router.constants import MAX_RULES, MAX_SCHEMAS
-from router.core.text_calls import DEFAULT_ANNOUNCE, TOOL_PLACEHOLDER, TextRules, build_rules
+from router.core.text_calls import DEFAULT_ANNOUNCE, TOOL_PLACEHOLDER, TextRules, build_rules, opens_like_call
 from router.errors import BadRequest
 from router.settings import default
 
@@ -141,6 +144,12 @@ def _tool_index(tools: Any) -> dict[str, Any]:
             else:
                 index[name] = spec.get("parameters", spec.get("input_schema"))
     return index
+
+
+def _json_answer(request: Mapping[str, Any]) -> bool:
+    """Did the client ask for a JSON answer (`response_format`)? Then JSON text is the answer, not a call."""
+    fmt = request.get("response_format")
+    return isinstance(fmt, Mapping) and fmt.get("type") in ("json_object", "json_schema")
 
 
 def _tool_choice(choice: Any) -> tuple[bool, bool, str]:
@@ -239,6 +248,10 @@ class Validator:
         leaked = rules.written_calls(text, tools) if checks.detect_text_tool_calls and mentioned else []
         for name in leaked:
             mistakes.append(Mistake(TEXT_TOOL_CALL, name, "tool call written as text content"))
+        if not leaked and checks.detect_text_tool_calls and not _json_answer(request) and opens_like_call(text):
+            # a call written as text that does not decode, or names no offered tool: still a call attempt
+            mistakes.append(Mistake(TEXT_TOOL_CALL, "", "text opens like a tool call but holds no valid call"))
+            return mistakes
         if required:
             if not leaked or (named and named not in leaked):
                 why = f"tool_choice names {named}" if named else "tool_choice is required"

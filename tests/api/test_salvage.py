@@ -29,11 +29,14 @@ FORMS = {
     "qwen-tags": f"<tool_call>\n{CALL}\n</tool_call>",
     "bare": CALL,
     "string-arguments": '{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}',
+    "cut-short": '{"name": "get_weather", "arguments": {"city": "Paris"}',  # the model stopped one brace early
 }
 NOT_SALVAGED = {
     "schema": '{"name": "get_weather", "arguments": {"town": "Paris"}}',  # `city` is required
     "one-of-two-bad": f'[{CALL}, {{"name": "get_weather", "arguments": {{}}}}]',  # all or nothing
     "not-an-object": '{"name": "get_weather", "arguments": ["Paris"]}',
+    "cut-in-a-string": '{"name": "get_weather", "arguments": {"city": "Par',
+    "unknown-name": '```json\n{"name": "df -h", "arguments": {"path": "/"}}\n```',
 }
 
 

@@ -339,6 +339,24 @@ MISTAKES = [
         req(named("get_weather")),
         [("text_tool_call", "search"), ("missing_tool_call", "get_weather")],
     ),
+    (
+        "text-call-cut-short",
+        msg('{"name": "get_weather", "arguments": {"city": "Paris"}'),
+        req(),
+        [("text_tool_call", "")],
+    ),
+    (
+        "text-call-unknown-name",
+        msg('```json\n{"name": "df -h", "arguments": {"type": "object", "properties": {"path"'),
+        req(),
+        [("text_tool_call", "")],
+    ),
+    (
+        "text-call-broken-tag",
+        msg('Checking.\n<tool_call>\n{"name": "search", "arguments": {"query": }'),
+        req(),
+        [("text_tool_call", "")],
+    ),
     # empty_response
     ("empty-none", msg(None), req(), [("empty_response", "")]),
     ("empty-whitespace", msg("  \n\t"), req(), [("empty_response", "")]),
@@ -415,6 +433,12 @@ VALID = [
         req(response_format={"type": "json_object"}),
     ),
     ("valid-json-answer-no-tools", msg('{"name": "get_weather", "arguments": {}}'), req(None, tools=[])),
+    (
+        "valid-json-answer-call-shaped",
+        msg('{"name": "Paris", "arguments": ["warm"]'),
+        req(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+    ),
+    ("valid-prose-quoting-json", msg('Send it as {"name": "x", "arguments": {}} next time.'), req()),
     ("valid-tool-name-without-args-key", msg('{"tool": "search", "note": "not a call"}'), req()),
     (
         "valid-code-with-braces",
