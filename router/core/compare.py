@@ -4,6 +4,7 @@
     first_call / call_key / normalised   a message's first tool call, and a key two calls share when
                                          they call the same tool with the same normalised arguments
     last_user_text / tool_lines          what a judge is shown of the request
+    parameter_lines                      and of the called tool's parameters
     json_object / ask_json               a JSON answer from a tier (`response_format: json_object`)
     compare(judge, request, a, b, ...)   is answer `a` as good as reference `b`? (`Comparison`)
 
@@ -85,6 +86,31 @@ def tool_lines(body: Mapping[str, Any]) -> list[str]:
         desc = " ".join(str(fn.get("description") or "").split())[:160]
         lines.append(f"- {fn.get('name')}: {desc}" if desc else f"- {fn.get('name')}")
     return lines
+
+
+def parameter_lines(body: Mapping[str, Any], name: str) -> list[str]:
+    """The parameters of offered tool `name`, one line each: `- key (type, required): description`.
+    At most 24, each description cut at 120 characters; [] when the tool or its schema is unknown."""
+    for t in body.get("tools") or ():
+        inner = t.get("function") if isinstance(t, dict) else None
+        fn = inner if isinstance(inner, dict) else t
+        if not isinstance(fn, dict) or fn.get("name") != name:
+            continue
+        schema = fn.get("parameters") or fn.get("input_schema")
+        if not isinstance(schema, dict) or not isinstance(props := schema.get("properties"), dict):
+            return []
+        required = req if isinstance(req := schema.get("required"), list) else []
+        lines = []
+        for key, spec in list(props.items())[:24]:
+            spec = spec if isinstance(spec, dict) else {}
+            kind = str(spec["type"]) if isinstance(spec.get("type"), str) else "any"
+            if isinstance(spec.get("enum"), list):
+                kind += " one of " + ", ".join(str(v) for v in spec["enum"][:8])
+            desc = " ".join(str(spec.get("description") or "").split())[:120]
+            tags = f"{kind}, required" if key in required else kind
+            lines.append(f"- {key} ({tags}): {desc}" if desc else f"- {key} ({tags})")
+        return lines
+    return []
 
 
 def json_object(content: str) -> dict[str, Any] | None:

@@ -8,8 +8,9 @@ verifier returns a `Verdict`:
 
     judge     ask a tier (default: the escalation tier) a short, output-constrained question —
               JSON {"accept": bool, "reason": str} via `response_format: json_object` — about the
-              proposed call, given the last user message and the offered tools' names and
-              descriptions. Verdicts are cached in a `VerdictCache` by (call, context) hash, bounded LRU.
+              proposed call, given the last user message, the offered tools' names and
+              descriptions, and the called tool's parameters (type, required, description).
+              Verdicts are cached in a `VerdictCache` by (call, context) hash, bounded LRU.
     agree     `samples - 1` more answers from the same tier (same body, `temperature`, seeds
               1..n-1), sent together; every one that answers must call the same tool with the same
               normalised arguments (keys sorted, strings stripped and case-folded, numbers as
@@ -40,7 +41,15 @@ from typing import TYPE_CHECKING, Any
 
 from router.constants import JUDGE_TEXT_MAX, VERDICT_CACHE_ENTRIES
 from router.core import scoring
-from router.core.compare import ask_json, call_key, first_call, json_object, last_user_text, tool_lines
+from router.core.compare import (
+    ask_json,
+    call_key,
+    first_call,
+    json_object,
+    last_user_text,
+    parameter_lines,
+    tool_lines,
+)
 from router.errors import UpstreamError
 from router.policy.model import Verify
 from router.upstream.openai_compat import OpenAICompatUpstream
@@ -96,6 +105,7 @@ def judge_messages(body: Mapping[str, Any], message: Mapping[str, Any]) -> list[
             f"User request: {last_user_text(body)}",
             "",
             f"Proposed call: {name}({args[:JUDGE_TEXT_MAX]})",
+            *([f"Parameters of {name}:", *params] if (params := parameter_lines(body, name)) else []),
             "",
             "Is this the right call? JSON only.",
         ]

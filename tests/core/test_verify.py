@@ -15,8 +15,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from router.core.compare import call_key, normalised
-from router.core.verify import Verdict, VerdictCache, logprob_measure, read_judgement
+from router.core.compare import call_key, normalised, parameter_lines
+from router.core.verify import Verdict, VerdictCache, judge_messages, logprob_measure, read_judgement
 from router.fake import FakeServer
 from router.policy.loader import PolicyError, parse_policy
 from tests.conftest import Proxy, policy_text, serve_app, upstream_app
@@ -291,3 +291,32 @@ async def test_score_is_one_completions_request_to_the_scoring_tier(
         assert sent["prompt"].endswith('<tool_call>\n{"name": "good", "arguments": {}}\n</tool_call>')
         unsure = await ask(proxy, content="lp:-2.5")
         assert unsure.headers["x-router-tier"] == "full" and unsure.headers["x-router-verified"] == "score:reject"
+
+
+def test_judge_is_shown_the_called_tools_parameters() -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "reserve",
+                "description": "Book a table",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "time": {"type": "string", "description": "24-hour time,   HH:MM"},
+                        "size": {"type": "integer"},
+                        "zone": {"type": "string", "enum": ["in", "out"]},
+                    },
+                    "required": ["time"],
+                },
+            },
+        },
+        {"name": "flat", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}},
+    ]
+    body = {"messages": [{"role": "user", "content": "book 7pm"}], "tools": tools}
+    call = {"tool_calls": [{"function": {"name": "reserve", "arguments": '{"time": "7:00 PM"}'}}]}
+    prompt = judge_messages(body, call)[-1]["content"]
+    assert "Parameters of reserve:\n- time (string, required): 24-hour time, HH:MM\n- size (integer)\n" in prompt
+    assert "- zone (string one of in, out)" in prompt
+    assert parameter_lines(body, "flat") == ["- q (string)"]
+    assert parameter_lines(body, "nope") == [] and parameter_lines({"tools": [{"name": "x"}]}, "x") == []
