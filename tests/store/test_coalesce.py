@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from router.store import RoutedCall, StoreOptions, open_store
+from router.store import RoutedCall, StoreOptions
 from router.store.coalesce import Coalescer
 from router.store.redis import RedisStore
 from tests.store.conftest import free_port
@@ -82,8 +82,9 @@ async def test_cancelled_leader_leaves_nothing_behind() -> None:
 async def test_redis_routed_puts_coalesce(redis_server_factory) -> None:
     server = redis_server_factory(free_port())  # our own: this test flushes the server's scripts
     server.start()
-    store = open_store(server.url, StoreOptions(), prefix="t:")
-    assert isinstance(store, RedisStore)
+    # generous deadlines: this test is about how many writes 200 puts take, and on a loaded machine
+    # opening a burst of pooled connections can take longer than the production 0.25 s
+    store = RedisStore(server.url, "t:", StoreOptions(), connect_timeout=5.0, socket_timeout=5.0, op_timeout=10.0)
     await store.start()
     try:
         calls = [RoutedCall(f"call_{i}", "fast", "tools", "read_file", f'{{"i": {i}}}') for i in range(200)]
