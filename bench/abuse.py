@@ -1,12 +1,12 @@
-"""Abuse: `python -m bench.abuse [--seconds 20] [--clients 4]`.
+"""Abuse: `python -m bench.abuse [--seconds 20] [--load 0.5 | --rate CALLS_PER_S | --closed] [--out PATH]`.
 
 One `agent-router serve` per setup (default settings, SQLite store, open-file limit 1,024 as in the issue it
 answers) in front of four fake upstreams on loopback: `fast` (healthy, checked, escalates to
 `full`), `full`, `hostile` (every answer endless: a JSON body, or tool-call arguments, that never
-end) and `hanging` (answers after 60 s). Legitimate agents — `--clients` closed loops of chat calls
-with a tool (JSON and SSE alternately, keep-alive connections, 10 s timeout each) — run through each
+end) and `hanging` (answers after 60 s). Legitimate agents — chat calls with a tool, JSON and SSE
+alternately, keep-alive connections, 10 s timeout each (bench/abuse_load.py) — run through each
 attack, one at a time, `--seconds` each, and through a quiet phase of half as long just before it
-(its reference):
+(its reference). The attacks (bench/abuse_attacks.py), each from a process of its own:
 
     endless-json     4 callers routed (by a header) to `hostile`, JSON: cut at upstream_max_body_bytes, escalated;
                      after 5 cuts in a row the tier's breaker skips it (10 s, then a trial call, 20 s, ...)
@@ -18,6 +18,15 @@ attack, one at a time, `--seconds` each, and through a quiet phase of half as lo
     abandon          50 callers to `hanging` that give up after 0.3 s, again and again
     hostile-schemas  4 callers offering schemas with `^(a+)+$` and a pattern too large to compile
 
+The legitimate load is an OPEN loop by default: calls start at a fixed rate (Poisson arrivals, or
+`--arrivals even`), whether or not earlier ones have ended, and each call's latency runs from its
+scheduled start (no coordinated omission); at most `--max-inflight` are open at once. The rate is
+`--load` (default 0.5) x the proxy's capacity, measured at the start of each setup as the calls/s
+that `--clients` closed loops get through in `--capacity-seconds`; or `--rate` calls/s. A proxy in
+production is not run at 100% CPU by its legitimate load; with `--closed`, the agents are
+`--clients` closed loops instead (the figures before the open loop): they keep the proxy busy, and
+then any CPU an attack costs it shows in their latency one for one.
+
 For each phase: legitimate calls, their success rate, p50 and p99 latency, and p99 against the
 quiet phase (goal: ≥ 99% success, p99 ≤ 2 x quiet), plus the proxy's RSS, what tripped
 (router_limits_tripped, and the tiers' breakers opened) and the CPU of each process (the proxy,
@@ -26,7 +35,7 @@ the agents, the attacker, the fakes, everything else). Every phase runs in two s
 on a core of its own, the attacker and hostile fakes niced beside the agents on the other — as if
 on machines of their own), each with a proxy of its own (breakers closed). `--profile PY_SPY`
 records the proxy in each phase (diagnosis). Bounded in time and count; loopback only. Writes
-bench/results/abuse.md.
+bench/results/abuse.md (or `--out`).
 """
 
 from __future__ import annotations
@@ -41,28 +50,19 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-import orjson
 
-from bench import profile
+from bench import abuse_load, profile
+from bench.abuse_attacks import ATTACKS, attacker
+from bench.abuse_load import CALL_TIMEOUT, Load, Phase
 from bench.harness import Cluster, CpuMeter, Proc, free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-CALL_TIMEOUT = 10.0
 FD_LIMIT = 1024
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
-USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def policy(ports: dict[str, int], db: Path) -> str:
@@ -84,181 +84,6 @@ def policy(ports: dict[str, int], db: Path) -> str:
     )
 
 
-@dataclass
-class Phase:
-    name: str
-    latencies: list[float] = field(default_factory=list)
-    failures: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-    rss: float = 0.0
-    tripped: dict[str, float] = field(default_factory=dict)
-    cpu: dict[str, float] = field(default_factory=dict)  # cores on average: proxy, agents, attacker, fakes, others
-    profile: list[str] = field(default_factory=list)  # markdown (--profile)
-    wall: float = 0.0  # seconds measured
-
-    def ms_per_call(self) -> float:
-        """The proxy's CPU per legitimate call served (ms)."""
-        return 1000 * self.cpu["proxy"] * self.wall / len(self.latencies) if self.latencies else float("nan")
-
-    @property
-    def calls(self) -> int:
-        return len(self.latencies) + self.failures
-
-    def p(self, q: float) -> float:
-        xs = sorted(self.latencies)
-        return xs[min(len(xs) - 1, int(q / 100 * len(xs)))] * 1000 if xs else float("nan")
-
-
-async def legit(session: aiohttp.ClientSession, url: str, phase: Phase, stop: asyncio.Event, n: int) -> None:
-    """One agent: chat calls with a tool, back to back, JSON and SSE alternately."""
-    i = n
-    while not stop.is_set():
-        i += 1
-        body = {"model": "auto", "messages": USER, "tools": [TOOL], "stream": i % 2 == 0}
-        start = time.perf_counter()
-        try:
-            async with session.post(url, json=body) as r:
-                raw = await r.read()
-            ok = r.status == 200 and (not body["stream"] or raw.rstrip().endswith(b"data: [DONE]"))
-            why = f"HTTP {r.status}" if r.status != 200 else "stream without [DONE]"
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            ok, why = False, type(exc).__name__
-        if ok:
-            phase.latencies.append(time.perf_counter() - start)
-        else:
-            phase.failures += 1
-            phase.errors[why] = phase.errors.get(why, 0) + 1
-
-
-# -- attacks: each runs until `stop`, bounded in count --------------------------------------------
-
-
-async def callers(n: int, stop: asyncio.Event, one: Callable[[aiohttp.ClientSession], Awaitable[None]]) -> None:
-    timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-
-        async def loop() -> None:
-            while not stop.is_set():
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                    await one(session)
-
-        await asyncio.gather(*(loop() for _ in range(n)))
-
-
-def endless(base: str, stream: bool) -> Callable[[asyncio.Event], Awaitable[None]]:
-    async def one(session: aiohttp.ClientSession) -> None:
-        body = {"model": "auto", "messages": USER, "tools": [TOOL], "stream": stream}
-        attack = {"x-attack": "endless-sse" if stream else "endless"}
-        async with session.post(base + "/v1/chat/completions", json=body, headers=attack) as r:
-            await r.read()
-
-    return lambda stop: callers(4, stop, one)
-
-
-def abandon(base: str) -> Callable[[asyncio.Event], Awaitable[None]]:
-    async def one(session: aiohttp.ClientSession) -> None:
-        body = {"model": "auto", "messages": USER}
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(0.3):
-                async with session.post(base + "/v1/chat/completions", json=body, headers={"x-attack": "hang"}) as r:
-                    await r.read()
-
-    return lambda stop: callers(50, stop, one)
-
-
-def hostile_schemas(base: str) -> Callable[[asyncio.Event], Awaitable[None]]:
-    patterns = ["^(a+)+$", r"[\w\W]{50000}"]
-    count = 0
-
-    async def one(session: aiohttp.ClientSession) -> None:
-        nonlocal count
-        count += 1
-        schema = {"type": "object", "properties": {"city": {"type": "string", "pattern": patterns[count % 2]}}}
-        tool = {"type": "function", "function": {"name": "get_weather", "parameters": schema}}
-        messages = [{"role": "user", "content": "a" * 30 + "!"}]
-        body = {"model": "auto", "messages": messages, "tools": [tool]}
-        async with session.post(base + "/v1/chat/completions", json=body) as r:
-            await r.read()
-
-    return lambda stop: callers(4, stop, one)
-
-
-def sockets(base: str, count: int, send: bytes, every: float) -> Callable[[asyncio.Event], Awaitable[None]]:
-    """`count` connections, each sending `send` one byte every `every` seconds (nothing if empty),
-    reconnecting when the proxy closes them."""
-    host, port = base.removeprefix("http://").split(":")
-
-    async def one(stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            writer = None
-            try:
-                reader, writer = await asyncio.open_connection(host, int(port))
-                for i in range(len(send)) if send else iter(int, 1):
-                    if stop.is_set() or reader.at_eof():
-                        break
-                    if send:
-                        writer.write(send[i : i + 1])
-                        await writer.drain()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(every):
-                            if await reader.read(1024) == b"":
-                                break
-            except OSError:
-                await asyncio.sleep(0.5)
-            finally:
-                if writer is not None:
-                    writer.close()
-
-    async def run(stop: asyncio.Event) -> None:
-        tasks = []
-        for _ in range(count):
-            tasks.append(asyncio.create_task(one(stop)))
-            await asyncio.sleep(0.002)  # a ramp, not one burst of SYNs
-        await asyncio.gather(*tasks)
-
-    return run
-
-
-SLOW_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n" + b"x-pad: " + b"a" * 200 + b"\r\n"
-SLOW_BODY_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-
-
-def slow_bodies(base: str, count: int) -> Callable[[asyncio.Event], Awaitable[None]]:
-    body = orjson.dumps({"model": "auto", "messages": USER}) + b" " * 200
-    head = SLOW_BODY_HEAD + b"content-length: %d\r\n\r\n" % len(body)
-    host, port = base.removeprefix("http://").split(":")
-
-    async def run(stop: asyncio.Event) -> None:  # the headers at once, then the body at 1 byte/s
-        async def one() -> None:
-            while not stop.is_set():
-                writer = None
-                try:
-                    reader, writer = await asyncio.open_connection(host, int(port))
-                    writer.write(head)
-                    for i in range(len(body)):
-                        if stop.is_set() or reader.at_eof():
-                            break
-                        writer.write(body[i : i + 1])
-                        await writer.drain()
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(1.0):
-                                if await reader.read(1024) == b"":
-                                    break
-                except OSError:
-                    await asyncio.sleep(0.5)
-                finally:
-                    if writer is not None:
-                        writer.close()
-
-        tasks = []
-        for _ in range(count):
-            tasks.append(asyncio.create_task(one()))
-            await asyncio.sleep(0.002)
-        await asyncio.gather(*tasks)
-
-    return run
-
-
 # -- the run ------------------------------------------------------------------------------------
 
 
@@ -271,35 +96,6 @@ async def tripped(base: str) -> dict[str, float]:
 
 
 OPENED = "opened:"  # a tier's breaker opened (not a limit: left out of the count per trip)
-
-
-ATTACKS: dict[str, Callable[[str], Callable[[asyncio.Event], Awaitable[None]]]] = {
-    "endless-json": lambda base: endless(base, stream=False),
-    "endless-args": lambda base: endless(base, stream=True),
-    "slow-headers": lambda base: sockets(base, 300, SLOW_HEAD * 4, 1.0),
-    "silent": lambda base: sockets(base, 1100, b"", 1.0),
-    "slow-bodies": lambda base: slow_bodies(base, 520),
-    "abandon": abandon,
-    "hostile-schemas": hostile_schemas,
-}
-
-
-def attacker(name: str, base: str, seconds: float, nice: int) -> None:
-    """One attack for `seconds`, in a process of its own (the legitimate agents' loop stays free),
-    at `nice` (the CPUs it may use are the bench process's, inherited)."""
-    os.nice(nice)
-
-    async def run() -> None:
-        stop = asyncio.Event()
-        attack = asyncio.create_task(ATTACKS[name](base)(stop))
-        await asyncio.sleep(seconds)
-        stop.set()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(15):
-                await attack
-        attack.cancel()
-
-    asyncio.run(run())
 
 
 @dataclass
@@ -370,7 +166,7 @@ async def run_phase(
     name: str,
     setup: Setup,
     base: str,
-    clients: int,
+    load: Load,
     seconds: float,
     proxy: Proc,
     fakes: list[Proc],
@@ -387,23 +183,17 @@ async def run_phase(
         assert attack.pid is not None
         watched.append(Attacker("attacker", attack.pid))
         await asyncio.sleep(2.0)  # the attack is under way before measuring
-    connector = aiohttp.TCPConnector(limit=clients, keepalive_timeout=30)
-    timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        done = asyncio.Event()
-        with CpuMeter(watched) as meter:
-            agents = [
-                asyncio.create_task(legit(session, base + "/v1/chat/completions", phase, done, n))
-                for n in range(clients)
-            ]
-            if pyspy is not None:  # diagnosis only: py-spy's sampling costs CPU too
-                raw = Path(tempfile.gettempdir()) / f"abuse-profile-{name}.txt"
-                code, err = await profile.record(pyspy, proxy.pid, max(1, int(seconds) - 1), "raw", raw)
-                phase.profile = profile.summarize(raw, top=12) if code == 0 else [f"py-spy failed: {err[-300:]}"]
-            await asyncio.sleep(seconds - (time.monotonic() - meter.started))
-            phase.rss = proxy.rss_mib()
-        done.set()
-        await asyncio.gather(*agents)
+    done = asyncio.Event()
+    with CpuMeter(watched) as meter:
+        agents = asyncio.create_task(abuse_load.run(base + "/v1/chat/completions", phase, done, load))
+        if pyspy is not None:  # diagnosis only: py-spy's sampling costs CPU too
+            raw = Path(tempfile.gettempdir()) / f"abuse-profile-{name}.txt"
+            code, err = await profile.record(pyspy, proxy.pid, max(1, int(seconds) - 1), "raw", raw)
+            phase.profile = profile.summarize(raw, top=12) if code == 0 else [f"py-spy failed: {err[-300:]}"]
+        await asyncio.sleep(seconds - (time.monotonic() - meter.started))
+        phase.rss = proxy.rss_mib()
+    done.set()
+    await agents
     phase.wall = meter.wall
     used = {k: v / meter.wall for k, v in meter.used.items()}
     phase.cpu = {
@@ -430,38 +220,91 @@ def ratio(ph: Phase, quiet: Phase) -> tuple[float, float, bool]:
     return rate, r, rate >= 99 and r <= 2
 
 
-def report(runs: list[tuple[Setup, list[Phase]]], seconds: float, clients: int, took: float, load0: str) -> str:
-    """`runs`: per setup, its phases in order — a quiet one before each attack."""
+@dataclass
+class Run:
+    """One setup's run: the proxy's capacity (closed loops), the legitimate load, and the phases in
+    order — a quiet one before each attack."""
+
+    setup: Setup
+    capacity: Phase
+    load: Load
+    phases: list[Phase]
+
+
+@dataclass(frozen=True)
+class Options:
+    seconds: float = 20.0
+    clients: int = 4  # closed loops: the capacity measurement, and the load with `closed`
+    load: float = 0.5  # the open loop's rate, as a fraction of the capacity measured
+    rate: float = 0.0  # the open loop's rate in calls/s (0: `load` x the capacity)
+    closed: bool = False  # the legitimate load as closed loops (the figures before the open loop)
+    arrivals: str = "poisson"
+    max_inflight: int = 64
+    capacity_seconds: float = 5.0
+
+    def command(self) -> str:
+        flags = [f"--seconds {self.seconds:g}", f"--clients {self.clients}"]
+        if not self.closed:
+            flags.append(f"--capacity-seconds {self.capacity_seconds:g}")
+        if self.closed:
+            flags.append("--closed")
+        else:
+            flags.append(f"--rate {self.rate:g}" if self.rate else f"--load {self.load:g}")
+            flags += [f"--arrivals {self.arrivals}", f"--max-inflight {self.max_inflight}"]
+        return "python -m bench.abuse " + " ".join(flags)
+
+    def legit(self, capacity: float) -> Load:
+        rate = 0.0 if self.closed else self.rate or self.load * capacity
+        return Load(self.clients, rate, self.arrivals, self.max_inflight)
+
+
+def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
+    how = (
+        f"{opts.clients} legitimate agents in closed loops (each call right after the last: they load the proxy "
+        "as much as it can take, so whatever CPU an attack costs it shows in their latency one for one)"
+        if opts.closed
+        else "legitimate agents in an open loop: calls start at a fixed rate "
+        f"({opts.arrivals} arrivals), whether or not earlier ones have ended, "
+        + (f"{opts.rate:g} calls/s" if opts.rate else f"{opts.load:g} x the proxy's capacity")
+        + f", at most {opts.max_inflight} in flight (an arrival beyond counts as a failure), each call's latency "
+        "from its scheduled start (no coordinated omission). The capacity is measured first in each setup: "
+        f"{opts.clients} closed loops for {opts.capacity_seconds:g} s, the calls/s they get through "
+        "(a proxy in production is not run at 100% CPU by its legitimate load)"
+    )
     lines = [
         "# Abuse: legitimate calls while the proxy is attacked",
         "",
-        f"`python -m bench.abuse --seconds {seconds:g} --clients {clients}` ({took:.0f} s in all): "
-        "one `agent-router serve` per setup "
+        f"`{opts.command()}` ({took:.0f} s in all): one `agent-router serve` per setup "
         f"(default settings, SQLite store, open-file limit {FD_LIMIT}) in front of fake upstreams on loopback; "
-        f"{clients} legitimate agents (closed loops of chat calls with a tool, JSON and SSE alternately, keep-alive, "
-        f"{CALL_TIMEOUT:g} s timeout) during each attack ({seconds:g} s; the attack starts 2 s before) and during "
-        f"a quiet phase ({seconds / 2:g} s) just before it, its reference: the machine's other work changes over "
-        "minutes, and one quiet phase at the start is a poor reference for the last attack. Goal: ≥ 99% success, "
-        f"p99 ≤ 2 x quiet. {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} cores "
-        f"shared with other work; load average (1, 5, 15 min) {load0} at the start, {_load()} at the end.",
+        f"{how}. Chat calls with a tool, JSON and SSE alternately, keep-alive, {CALL_TIMEOUT:g} s timeout, "
+        f"during each attack ({opts.seconds:g} s; the attack starts 2 s before) and during "
+        f"a quiet phase ({opts.seconds / 2:g} s) just before it, its reference: the machine's other work changes "
+        "over minutes, and one quiet phase at the start is a poor reference for the last attack. Goal: ≥ 99% "
+        f"success, p99 ≤ 2 x quiet. {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} "
+        f"cores shared with other work; load average (1, 5, 15 min) {load0} at the start, {_load()} at the end.",
         "",
         "Every attack runs in each setup, one setup after the other:",
         "",
-        *(f"- **{setup.name}**: {setup.text}" for setup, _ in runs),
+        *(f"- **{run.setup.name}**: {run.setup.text}" for run in runs),
+        "",
+        "| setup | capacity calls/s (closed loops) | its p99 ms | legitimate load |",
+        "|---|---:|---:|---|",
+        *(f"| {r.setup.name} | {r.capacity.rate():.0f} | {r.capacity.p(99):.1f} | {r.load.text()} |" for r in runs),
         "",
         "| attack | "
-        + " | ".join(f"{s.name}: success | quiet p99 ms | p99 ms | x quiet | goal" for s, _ in runs)
+        + " | ".join(f"{r.setup.name}: success | quiet p99 ms | p99 ms | x quiet | goal" for r in runs)
         + " |",
         "|---|" + "---:|---:|---:|---:|---|" * len(runs),
     ]
-    for i in range(1, len(runs[0][1]), 2):
+    for i in range(1, len(runs[0].phases), 2):
         cells = []
-        for _, phases in runs:
-            ph, quiet = phases[i], phases[i - 1]
+        for run in runs:
+            ph, quiet = run.phases[i], run.phases[i - 1]
             rate, r, ok = ratio(ph, quiet)
             cells.append(f"{rate:.2f}% | {quiet.p(99):.1f} | {ph.p(99):.1f} | {r:.2f} | {'PASS' if ok else 'MISS'}")
-        lines.append(f"| {runs[0][1][i].name} | " + " | ".join(cells) + " |")
-    for setup, phases in runs:
+        lines.append(f"| {runs[0].phases[i].name} | " + " | ".join(cells) + " |")
+    for run in runs:
+        setup, phases = run.setup, run.phases
         quiet99 = sorted(ph.p(99) for ph in phases[::2])
         lines += [
             "",
@@ -470,8 +313,9 @@ def report(runs: list[tuple[Setup, list[Phase]]], seconds: float, clients: int, 
             f"Quiet p99 from {quiet99[0]:.1f} to {quiet99[-1]:.1f} ms over the run (median "
             f"{quiet99[len(quiet99) // 2]:.1f}).",
             "",
-            "| phase | calls | success | p50 ms | p99 ms | p99 / quiet | goal | proxy RSS MiB | tripped |",
-            "|---|---:|---:|---:|---:|---:|---|---:|---|",
+            "| phase | calls | calls/s served | success | p50 ms | p99 ms | p99 / quiet | goal | proxy RSS MiB "
+            "| tripped |",
+            "|---|---:|---:|---:|---:|---:|---:|---|---:|---|",
         ]
         cpu = [
             "",
@@ -501,8 +345,8 @@ def report(runs: list[tuple[Setup, list[Phase]]], seconds: float, clients: int, 
                 if count:
                     per_trip = f"{1000 * cost * (ph.wall + 3) / count:.2f}"
             lines.append(
-                f"| {ph.name} | {ph.calls} | {rate:.2f}% | {ph.p(50):.1f} | {ph.p(99):.1f} | {judged} | "
-                f"{ph.rss:.0f} | {trips} |"
+                f"| {ph.name} | {ph.calls} | {ph.rate():.0f} | {rate:.2f}% | {ph.p(50):.1f} | {ph.p(99):.1f} | "
+                f"{judged} | {ph.rss:.0f} | {trips} |"
             )
             cpu.append(
                 f"| {ph.name} | {c['proxy']:.2f} | {c['agents']:.2f} | {c['attacker']:.2f} | {c['fakes']:.2f} | "
@@ -526,7 +370,7 @@ def _load() -> str:
 
 
 async def main(
-    seconds: float, clients: int, pyspy: Path | None = None, only: str | None = None, attacks: list[str] | None = None
+    opts: Options, pyspy: Path | None = None, only: str | None = None, attacks: list[str] | None = None
 ) -> str:
     load0 = _load()
     work = Path(tempfile.mkdtemp(prefix="agent-router-abuse-"))
@@ -541,50 +385,65 @@ async def main(
             fakes.append(fake := cluster.start(name, cmd, port))
             await wait_healthy(fake, f"http://127.0.0.1:{port}/health", 30)
         (work / "policy.yaml").write_text(policy(ports, work / "state.db"))
-        runs: list[tuple[Setup, list[Phase]]] = []
+        runs: list[Run] = []
         for setup in setups() if only is None else [s for s in setups() if s.name == only]:
             # a proxy of its own per setup: its breakers start closed (what one setup's attack opened
             # would otherwise still be open, or grown, in the next's)
             port = free_port()
-            cmd = f"{sys.executable} -m router serve --policy {work / 'policy.yaml'} --port {port} --log-level warning"
-            serve = f"ulimit -n {FD_LIMIT} && exec {cmd}"
+            line = f"{sys.executable} -m router serve --policy {work / 'policy.yaml'} --port {port} --log-level warning"
+            serve = f"ulimit -n {FD_LIMIT} && exec {line}"
             proxy = cluster.start("proxy", ["bash", "-c", serve], port, {"AGENT_ROUTER_RELOAD_POLICY": "false"})
             await wait_healthy(proxy, f"http://127.0.0.1:{port}/readyz", 60)
             base = f"http://127.0.0.1:{port}"
             place(setup, proxy, fakes)
-            phases = []
+            closed = Load(opts.clients)
+            capacity = await run_phase("capacity", setup, base, closed, opts.capacity_seconds, proxy, fakes)
+            load = opts.legit(capacity.rate())
+            print(f"{setup.name}: capacity {capacity.rate():.0f} calls/s; legitimate load {load.text()}", flush=True)
+            run = Run(setup, capacity, load, [])
             for attack in attacks or ATTACKS:
-                for name, secs in (("quiet", seconds / 2), (attack, seconds)):
-                    phase = await run_phase(name, setup, base, clients, secs, proxy, fakes, pyspy)
+                for name, secs in (("quiet", opts.seconds / 2), (attack, opts.seconds)):
+                    phase = await run_phase(name, setup, base, load, secs, proxy, fakes, pyspy)
                     cpu = " ".join(f"{k} {v:.2f}" for k, v in phase.cpu.items())
                     print(f"{setup.name} {name}: {phase.calls} calls, {len(phase.latencies)} ok, "
                           f"p99 {phase.p(99):.1f} ms; cores: {cpu}", flush=True)  # fmt: skip
-                    phases.append(phase)
-            runs.append((setup, phases))
+                    run.phases.append(phase)
+            runs.append(run)
             cluster.stop(proxy)
         if pyspy is not None:
-            text = [f"# py-spy on the proxy during each phase of `python -m bench.abuse --seconds {seconds:g}`", ""]
-            for setup, phases in runs:
-                for ph in phases:
-                    text += [f"## {setup.name}: {ph.name}", "", *ph.profile, ""]
-            (RESULTS / "abuse-profile.md").write_text("\n".join(text), encoding="utf-8")
-        return report(runs, seconds, clients, time.monotonic() - started, load0)
+            profiles = [f"# py-spy on the proxy during each phase of `{opts.command()}`", ""]
+            for run in runs:
+                for ph in run.phases:
+                    profiles += [f"## {run.setup.name}: {ph.name}", "", *ph.profile, ""]
+            (RESULTS / "abuse-profile.md").write_text("\n".join(profiles), encoding="utf-8")
+        return report(runs, opts, time.monotonic() - started, load0)
     finally:
         cluster.stop_all()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=20.0, help="seconds of each phase")
-    parser.add_argument("--clients", type=int, default=4, help="legitimate agents (closed loops)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="seconds of each attack (quiet phases: half)")
+    parser.add_argument("--clients", type=int, default=4, help="closed loops measuring capacity (and with --closed)")
+    parser.add_argument("--load", type=float, default=0.5, help="open-loop rate as a fraction of the capacity measured")
+    parser.add_argument("--rate", type=float, default=0.0, help="open-loop rate in calls/s (instead of --load)")
+    parser.add_argument("--arrivals", choices=("poisson", "even"), default="poisson", help="open-loop arrivals")
+    parser.add_argument("--max-inflight", type=int, default=64, help="open loop: calls open at once, at most")
+    parser.add_argument("--capacity-seconds", type=float, default=5.0, help="seconds measuring capacity per setup")
+    parser.add_argument("--closed", action="store_true", help="the legitimate load as --clients closed loops")
     parser.add_argument(
         "--profile", type=Path, metavar="PY_SPY", help="record the proxy with this py-spy in each phase "
         "(bench/results/abuse-profile.md; diagnosis only: sampling costs CPU)",
     )  # fmt: skip
     parser.add_argument("--setup", choices=("shared", "apart"), help="run one setup only (default: both)")
     parser.add_argument("--attacks", nargs="+", choices=list(ATTACKS), help="these attacks only (default: all)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "abuse.md", help="where the report goes")
     args = parser.parse_args()
-    text = asyncio.run(main(args.seconds, args.clients, args.profile, args.setup, args.attacks))
+    options = Options(
+        args.seconds, args.clients, args.load, args.rate, args.closed, args.arrivals, args.max_inflight,
+        args.capacity_seconds,
+    )  # fmt: skip
+    text = asyncio.run(main(options, args.profile, args.setup, args.attacks))
     print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "abuse.md").write_text(text, encoding="utf-8")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text, encoding="utf-8")

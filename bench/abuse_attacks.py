@@ -1,0 +1,173 @@
+"""The attacks of `bench.abuse`: each runs until `stop`, bounded in count, in a process of its own.
+
+`ATTACKS` maps an attack's name to a factory: given the proxy's base URL, a coroutine function that
+attacks until its `stop` event is set. `attacker()` runs one in a process of its own (spawned by
+bench/abuse.py), so the legitimate agents' event loop stays free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+import orjson
+
+from bench.abuse_load import CALL_TIMEOUT, TOOL, USER
+
+
+async def callers(n: int, stop: asyncio.Event, one: Callable[[aiohttp.ClientSession], Awaitable[None]]) -> None:
+    timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+
+        async def loop() -> None:
+            while not stop.is_set():
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    await one(session)
+
+        await asyncio.gather(*(loop() for _ in range(n)))
+
+
+def endless(base: str, stream: bool) -> Callable[[asyncio.Event], Awaitable[None]]:
+    async def one(session: aiohttp.ClientSession) -> None:
+        body = {"model": "auto", "messages": USER, "tools": [TOOL], "stream": stream}
+        attack = {"x-attack": "endless-sse" if stream else "endless"}
+        async with session.post(base + "/v1/chat/completions", json=body, headers=attack) as r:
+            await r.read()
+
+    return lambda stop: callers(4, stop, one)
+
+
+def abandon(base: str) -> Callable[[asyncio.Event], Awaitable[None]]:
+    async def one(session: aiohttp.ClientSession) -> None:
+        body = {"model": "auto", "messages": USER}
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.3):
+                async with session.post(base + "/v1/chat/completions", json=body, headers={"x-attack": "hang"}) as r:
+                    await r.read()
+
+    return lambda stop: callers(50, stop, one)
+
+
+def hostile_schemas(base: str) -> Callable[[asyncio.Event], Awaitable[None]]:
+    patterns = ["^(a+)+$", r"[\w\W]{50000}"]
+    count = 0
+
+    async def one(session: aiohttp.ClientSession) -> None:
+        nonlocal count
+        count += 1
+        schema = {"type": "object", "properties": {"city": {"type": "string", "pattern": patterns[count % 2]}}}
+        tool = {"type": "function", "function": {"name": "get_weather", "parameters": schema}}
+        messages = [{"role": "user", "content": "a" * 30 + "!"}]
+        body = {"model": "auto", "messages": messages, "tools": [tool]}
+        async with session.post(base + "/v1/chat/completions", json=body) as r:
+            await r.read()
+
+    return lambda stop: callers(4, stop, one)
+
+
+def sockets(base: str, count: int, send: bytes, every: float) -> Callable[[asyncio.Event], Awaitable[None]]:
+    """`count` connections, each sending `send` one byte every `every` seconds (nothing if empty),
+    reconnecting when the proxy closes them."""
+    host, port = base.removeprefix("http://").split(":")
+
+    async def one(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            writer = None
+            try:
+                reader, writer = await asyncio.open_connection(host, int(port))
+                for i in range(len(send)) if send else iter(int, 1):
+                    if stop.is_set() or reader.at_eof():
+                        break
+                    if send:
+                        writer.write(send[i : i + 1])
+                        await writer.drain()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(every):
+                            if await reader.read(1024) == b"":
+                                break
+            except OSError:
+                await asyncio.sleep(0.5)
+            finally:
+                if writer is not None:
+                    writer.close()
+
+    async def run(stop: asyncio.Event) -> None:
+        tasks = []
+        for _ in range(count):
+            tasks.append(asyncio.create_task(one(stop)))
+            await asyncio.sleep(0.002)  # a ramp, not one burst of SYNs
+        await asyncio.gather(*tasks)
+
+    return run
+
+
+SLOW_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n" + b"x-pad: " + b"a" * 200 + b"\r\n"
+SLOW_BODY_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+
+
+def slow_bodies(base: str, count: int) -> Callable[[asyncio.Event], Awaitable[None]]:
+    body = orjson.dumps({"model": "auto", "messages": USER}) + b" " * 200
+    head = SLOW_BODY_HEAD + b"content-length: %d\r\n\r\n" % len(body)
+    host, port = base.removeprefix("http://").split(":")
+
+    async def run(stop: asyncio.Event) -> None:  # the headers at once, then the body at 1 byte/s
+        async def one() -> None:
+            while not stop.is_set():
+                writer = None
+                try:
+                    reader, writer = await asyncio.open_connection(host, int(port))
+                    writer.write(head)
+                    for i in range(len(body)):
+                        if stop.is_set() or reader.at_eof():
+                            break
+                        writer.write(body[i : i + 1])
+                        await writer.drain()
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(1.0):
+                                if await reader.read(1024) == b"":
+                                    break
+                except OSError:
+                    await asyncio.sleep(0.5)
+                finally:
+                    if writer is not None:
+                        writer.close()
+
+        tasks = []
+        for _ in range(count):
+            tasks.append(asyncio.create_task(one()))
+            await asyncio.sleep(0.002)
+        await asyncio.gather(*tasks)
+
+    return run
+
+
+ATTACKS: dict[str, Callable[[str], Callable[[asyncio.Event], Awaitable[None]]]] = {
+    "endless-json": lambda base: endless(base, stream=False),
+    "endless-args": lambda base: endless(base, stream=True),
+    "slow-headers": lambda base: sockets(base, 300, SLOW_HEAD * 4, 1.0),
+    "silent": lambda base: sockets(base, 1100, b"", 1.0),
+    "slow-bodies": lambda base: slow_bodies(base, 520),
+    "abandon": abandon,
+    "hostile-schemas": hostile_schemas,
+}
+
+
+def attacker(name: str, base: str, seconds: float, nice: int) -> None:
+    """One attack for `seconds`, in a process of its own (the legitimate agents' loop stays free),
+    at `nice` (the CPUs it may use are the bench process's, inherited)."""
+    os.nice(nice)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        attack = asyncio.ensure_future(ATTACKS[name](base)(stop))
+        await asyncio.sleep(seconds)
+        stop.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(15):
+                await attack
+        attack.cancel()
+
+    asyncio.run(run())
