@@ -50,7 +50,9 @@ class Runtime:
         self.breakers = Breakers(self.metrics)  # per tier: skipped a while after upstream errors in a row
         self.upstreams = Upstreams(warm=settings.warm_up, limits=limits, build=build)
         self.validator = Validator(
-            max_schema_bytes=settings.max_schema_bytes, max_pattern_bytes=settings.max_pattern_bytes
+            max_schema_bytes=settings.max_schema_bytes,
+            max_pattern_bytes=settings.max_pattern_bytes,
+            max_costly_patterns=settings.max_costly_patterns,
         )
         self.verdicts = VerdictCache()  # judge verdicts by (call, context) hash, bounded LRU
         # a route's `shadow` option (router/core/shadow.py)

@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     max_pattern_bytes: int = Field(
         1024 * 1024, ge=1024, description="compiled size of one schema regex over this → 400: too costly to check"
     )
+    max_costly_patterns: int = Field(
+        1024, ge=0, description="schema regexes remembered as too costly (LRU): refused on sight, not compiled again"
+    )
     shutdown_grace: float = Field(
         5.0, gt=0, description="seconds calls may finish after SIGTERM; streams still open then get an error ending"
     )

@@ -22,6 +22,8 @@ Judgement calls (see also the tests):
   proxy. `admit(tools)` compiles the offered tools' schemas when the request arrives: a schema
   larger than `max_schema_bytes`, or with a pattern Python's `re` reads but the engine refuses within
   `max_pattern_bytes` (e.g. a huge repetition), is `SchemaTooCostly` (400) then, not a stall later.
+  Such a pattern is remembered (`max_costly_patterns`, LRU): the engine takes milliseconds to give
+  up on one, so a schema that differs only elsewhere is refused on sight, not compiled again.
 - `tool_choice: "none"` offers no tool: any call is `unknown_tool`; text is never inspected.
 - A text answer that opens like a call written as JSON (`{"name": …, "arguments": …` bare, fenced or
   tagged) but holds no call that decodes and names an offered tool — cut short, unbalanced, an
@@ -48,6 +50,7 @@ import jsonschema_rs
 import orjson
 
 from router.constants import MAX_RULES, MAX_SCHEMAS
+from router.core.schemas import BACKTRACK_LIMIT, TOO_COSTLY, CostlyPattern, compile_schema, patterns_of
 from router.core.text_calls import DEFAULT_ANNOUNCE, TOOL_PLACEHOLDER, TextRules, build_rules, opens_like_call
 from router.errors import BadRequest
 from router.settings import default
@@ -70,9 +73,6 @@ KINDS: Final = (
 _DETAIL_MAX: Final = 120
 _FREEFORM: Final = object()  # a custom tool: free-text input, nothing to parse
 _MISS: Final = object()
-_TOO_COSTLY: Final = object()  # a compiled-schema cache entry: refused at request time
-_BACKTRACK_LIMIT: Final = 100_000  # steps of the backtracking engine (lookaround, backreferences) per match
-_PATTERN_CHARS: Final = 64 * 1024  # a longer pattern the engine refused is not read by `re` either
 
 
 class SchemaTooCostly(BadRequest):
@@ -173,7 +173,10 @@ def _tool_choice(choice: Any) -> tuple[bool, bool, str]:
 class Validator:
     """Checks answers; owns the compiled-schema and text-rule caches. Hold one per app."""
 
-    __slots__ = ("_max_rules", "_max_schemas", "_patterns", "_rules", "_schema_bytes", "_schemas", "compiled", "hits")
+    __slots__ = (
+        "_costly", "_max_costly", "_max_rules", "_max_schemas", "_patterns", "_rules", "_schema_bytes", "_schemas",
+        "compiled", "costly_hits", "hits",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -182,26 +185,34 @@ class Validator:
         max_rules: int = MAX_RULES,
         max_schema_bytes: int = default("max_schema_bytes"),
         max_pattern_bytes: int = default("max_pattern_bytes"),
+        max_costly_patterns: int = default("max_costly_patterns"),
     ) -> None:
         self._max_schemas = max_schemas
+        self._max_costly = max_costly_patterns
         self._max_rules = max_rules
         self._schema_bytes = max_schema_bytes
         self._patterns = jsonschema_rs.FancyRegexOptions(
-            backtrack_limit=_BACKTRACK_LIMIT, size_limit=max_pattern_bytes, dfa_size_limit=max_pattern_bytes
+            backtrack_limit=BACKTRACK_LIMIT, size_limit=max_pattern_bytes, dfa_size_limit=max_pattern_bytes
         )
         self._schemas: OrderedDict[bytes, Any] = OrderedDict()
         self._rules: OrderedDict[tuple[frozenset[str], tuple[str, ...]], TextRules] = OrderedDict()
+        self._costly: OrderedDict[str, None] = OrderedDict()  # patterns found too costly (LRU)
         self.compiled = 0  # schema compilations (cache misses), including schemas found invalid
         self.hits = 0  # schema cache hits
+        self.costly_hits = 0  # schema cache misses refused by a pattern remembered as too costly, not compiled
 
     @property
     def cached_schemas(self) -> int:
         return len(self._schemas)
 
+    @property
+    def costly_patterns(self) -> int:
+        return len(self._costly)
+
     def admit(self, tools: Any) -> None:
         """Compile the offered tools' schemas (cached); raise `SchemaTooCostly` for one that is."""
         for name, schema in _tool_index(tools).items():
-            if schema is not None and schema is not _FREEFORM and self._compiled(schema) is _TOO_COSTLY:
+            if schema is not None and schema is not _FREEFORM and self._compiled(schema) is TOO_COSTLY:
                 raise SchemaTooCostly(
                     f"The schema of tool {name!r} is too costly to check (over {self._schema_bytes} bytes, "
                     "or a pattern too large for a linear-time regex engine).",
@@ -316,7 +327,7 @@ class Validator:
         if schema is None:
             return
         validator = self._compiled(schema)
-        if validator is None or validator is _TOO_COSTLY:
+        if validator is None or validator is TOO_COSTLY:
             return
         try:
             if validator.is_valid(parsed):
@@ -331,7 +342,7 @@ class Validator:
         mistakes.append(Mistake(SCHEMA_VIOLATION, name, _short(detail)))
 
     def _compiled(self, schema: Any) -> Any:
-        """The cached validator of `schema`: None (cannot check) or `_TOO_COSTLY` (refused)."""
+        """The cached validator of `schema`: None (cannot check) or `TOO_COSTLY` (refused)."""
         try:
             key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
         except (orjson.JSONEncodeError, TypeError):
@@ -342,10 +353,27 @@ class Validator:
             self._schemas.move_to_end(key)
             return cached
         self.compiled += 1
-        validator = _TOO_COSTLY if len(key) > self._schema_bytes else _compile(orjson.loads(key), self._patterns)
+        validator = TOO_COSTLY if len(key) > self._schema_bytes else self._compile(orjson.loads(key))
         self._schemas[key] = validator
         if len(self._schemas) > self._max_schemas:
             self._schemas.popitem(last=False)
+        return validator
+
+    def _compile(self, schema: Any) -> Any:
+        """`compile_schema(schema)`, or `TOO_COSTLY` on sight for a pattern already found too costly."""
+        if self._costly:
+            for pattern in patterns_of(schema):
+                if pattern in self._costly:
+                    self._costly.move_to_end(pattern)
+                    self.costly_hits += 1
+                    return TOO_COSTLY
+        validator = compile_schema(schema, self._patterns)
+        if isinstance(validator, CostlyPattern):
+            if self._max_costly:
+                self._costly[validator.pattern] = None
+                if len(self._costly) > self._max_costly:
+                    self._costly.popitem(last=False)
+            return TOO_COSTLY
         return validator
 
     def _text_rules(self, tools: Mapping[str, Any], checks: Checks) -> TextRules:
@@ -359,30 +387,6 @@ class Validator:
         if len(self._rules) > self._max_rules:
             self._rules.popitem(last=False)
         return rules
-
-
-def _compile(schema: Any, patterns: Any) -> Any:
-    """A validator (no `$ref` is ever fetched), None when `schema` cannot be checked, or `_TOO_COSTLY`."""
-    if not isinstance(schema, (dict, bool)):
-        return None
-    try:
-        return jsonschema_rs.validator_for(schema, pattern_options=patterns, offline=True)
-    except jsonschema_rs.ValidationError as exc:
-        if "Unknown meta-schema" in str(exc) and isinstance(schema, dict) and "$schema" in schema:
-            # an unknown `$schema`: checked as the default draft (2020-12)
-            return _compile({k: v for k, v in schema.items() if k != "$schema"}, patterns)
-        if exc.schema_path[-1:] == ["pattern"] or "patternProperties" in exc.schema_path:
-            pattern = exc.instance if isinstance(exc.instance, str) else ""
-            if len(pattern) > _PATTERN_CHARS:
-                return _TOO_COSTLY
-            try:
-                re.compile(pattern)
-            except (re.error, RecursionError, OverflowError):
-                return None  # not a regex at all: a bad schema, which cannot be checked
-            return _TOO_COSTLY  # a regex, but too large for the engine's bounds
-        return None  # not a schema, unknown `$ref`...: cannot check
-    except Exception:  # a client's bad schema is not our crash
-        return None
 
 
 def check(
