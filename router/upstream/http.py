@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, NoReturn, TypeVar
 
@@ -46,6 +47,21 @@ class Oversized(Exception):
         self.size = size
 
 
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's connector, but a plain (no TLS) connection to one IPv4 address is the event loop's
+    own `create_connection`: aiohttp's way (happy eyeballs, then `sock_connect`) makes uvloop resolve
+    even a numeric address in libuv's thread pool, about twice the CPU per new connection — paid
+    again whenever a call is cut off (a client that leaves, an endless answer). Hooks aiohttp's
+    (pinned) connector; tests/upstream/test_connections.py checks the path and its failures."""
+
+    async def _wrap_create_connection(self, *args: Any, addr_infos: list[Any], **kwargs: Any) -> Any:
+        family, _, proto, _, address = addr_infos[0]
+        if len(addr_infos) != 1 or family != socket.AF_INET or kwargs.get("ssl") or self._local_addr_infos:
+            return await super()._wrap_create_connection(*args, addr_infos=addr_infos, **kwargs)
+        host, port = address
+        return await self._wrap_existing_connection(*args, host=host, port=port, family=family, proto=proto, **kwargs)
+
+
 class PooledHTTP:
     """A tier's aiohttp session. Subclasses set `url` (where calls go), `warm_url` and `_headers`."""
 
@@ -69,7 +85,7 @@ class PooledHTTP:
     async def start(self, warm: bool = True) -> None:
         """Open the pool; `warm`: open `warm_connections` now (a server that does not answer yet is
         logged, and tried again by the first call)."""
-        connector = aiohttp.TCPConnector(
+        connector = _Connector(
             limit=self.config.max_connections, limit_per_host=0, keepalive_timeout=75, ttl_dns_cache=300
         )
         self._session = aiohttp.ClientSession(
