@@ -17,6 +17,9 @@ MAX_SCHEMAS = 512  # compiled tool schemas kept (LRU): a few agents' tool sets, 
 MAX_RULES = 64  # compiled text-call rule sets kept (LRU), one per distinct set of offered tools
 VERDICT_CACHE_ENTRIES = 4096  # judge verdicts kept by (call, context) hash (LRU): a repeated call is judged once
 JUDGE_TEXT_MAX = 1500  # characters of one message, answer or arguments shown to a judge: a short prompt
+# characters of the offered tools (with their parameters) shown to a judge before the request: over
+# it, the other tools' parameters are left out and only the called tool's follow the call
+JUDGE_TOOLS_MAX = 8000
 JUDGE_CONTEXT_MESSAGES = 6  # last messages of a conversation a shadow judge sees
 PASS_SCORE = 70  # a shadow verdict with a score but no readable `pass` passes at this score or above
 

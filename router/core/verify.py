@@ -7,9 +7,9 @@ the verdict), of a tier with a stronger one after it in the chain (see `Trace.ve
 verifier returns a `Verdict`:
 
     judge     ask a tier (default: the escalation tier) a short, output-constrained question —
-              JSON {"accept": bool, "reason": str} via `response_format: json_object` — about the
-              proposed call, given the last user message, the offered tools' names and
-              descriptions, and the called tool's parameters (type, required, description).
+              JSON {"accept": bool} via `response_format: json_object` — about the proposed call,
+              given the offered tools with their parameters (a cacheable prefix), the last user
+              message and the call.
               Verdicts are cached in a `VerdictCache` by (call, context) hash, bounded LRU.
     agree     `samples - 1` more answers from the same tier (same body, `temperature`, seeds
               1..n-1), sent together; every one that answers must call the same tool with the same
@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from router.constants import JUDGE_TEXT_MAX, VERDICT_CACHE_ENTRIES
+from router.constants import JUDGE_TEXT_MAX, JUDGE_TOOLS_MAX, VERDICT_CACHE_ENTRIES
 from router.core import scoring
 from router.core.compare import (
     ask_json,
@@ -57,10 +57,12 @@ from router.upstream.openai_compat import OpenAICompatUpstream
 if TYPE_CHECKING:
     from router.upstream.base import Tiers
 
+# The verdict only: a reason after it cannot change it (greedy, left to right) and costs ~15 decode
+# steps of the judging model — about 2 s on 2 CPU cores.
 JUDGE_SYSTEM = (
     "You check one tool call an assistant proposes. Accept it only if it is the right tool for the "
     "user's request and its argument values match what the user asked for. Answer with JSON only: "
-    '{"accept": true or false, "reason": "<at most 12 words>"}.'
+    '{"accept": true} or {"accept": false}.'
 )
 
 
@@ -96,21 +98,40 @@ class VerdictCache:
 
 
 def judge_messages(body: Mapping[str, Any], message: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The judge's prompt. It opens with what stays the same from call to call — the instructions and
+    the offered tools with their parameters — so that a llama.cpp server's prompt cache holds it and
+    each verdict reads only the request and the call (a few dozen tokens). Tools over
+    `JUDGE_TOOLS_MAX` characters are listed without parameters; the called tool's then follow the call."""
     name, args = first_call(message) or ("", "")
+    tools, after = tool_lines(body), []
+    detailed = [line for t in tools for line in (t, *_indented(parameter_lines(body, _listed_name(t))))]
+    if sum(len(line) + 1 for line in detailed) <= JUDGE_TOOLS_MAX:
+        tools = detailed
+    elif params := parameter_lines(body, name):
+        after = [f"Parameters of {name}:", *params]
     prompt = "\n".join(
         [
             "Tools offered:",
-            *tool_lines(body),
+            *tools,
             "",
             f"User request: {last_user_text(body)}",
             "",
             f"Proposed call: {name}({args[:JUDGE_TEXT_MAX]})",
-            *([f"Parameters of {name}:", *params] if (params := parameter_lines(body, name)) else []),
+            *after,
             "",
             "Is this the right call? JSON only.",
         ]
     )
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt}]
+
+
+def _listed_name(line: str) -> str:
+    """The tool name of a `tool_lines` line (`- name: description` or `- name`)."""
+    return line[2:].split(": ", 1)[0]
+
+
+def _indented(lines: list[str]) -> list[str]:
+    return [f"  {line}" for line in lines]
 
 
 def judge_key(body: Mapping[str, Any], message: Mapping[str, Any], judge_tier: str) -> bytes:

@@ -316,7 +316,17 @@ def test_judge_is_shown_the_called_tools_parameters() -> None:
     body = {"messages": [{"role": "user", "content": "book 7pm"}], "tools": tools}
     call = {"tool_calls": [{"function": {"name": "reserve", "arguments": '{"time": "7:00 PM"}'}}]}
     prompt = judge_messages(body, call)[-1]["content"]
-    assert "Parameters of reserve:\n- time (string, required): 24-hour time, HH:MM\n- size (integer)\n" in prompt
-    assert "- zone (string one of in, out)" in prompt
+    # the tools with their parameters first (the same from call to call: a server's prompt cache keeps it)
+    assert prompt.startswith(
+        "Tools offered:\n- reserve: Book a table\n  - time (string, required): 24-hour time, HH:MM\n"
+        "  - size (integer)\n  - zone (string one of in, out)\n- flat\n  - q (string)\n\nUser request: book 7pm\n"
+    )
+    assert 'Proposed call: reserve({"time": "7:00 PM"})\n\nIs this' in prompt
+    # too many tools to detail: names and descriptions, and the called tool's parameters after the call
+    many = [{"name": f"t{i}", "description": "d" * 150, "input_schema": {"properties": {"x": {}}}} for i in range(60)]
+    crowded = {**body, "tools": [*many, *tools]}
+    prompt = judge_messages(crowded, call)[-1]["content"]
+    assert "  - x (any)" not in prompt and "- t59: " in prompt
+    assert 'reserve({"time": "7:00 PM"})\nParameters of reserve:\n- time (string, required)' in prompt
     assert parameter_lines(body, "flat") == ["- q (string)"]
     assert parameter_lines(body, "nope") == [] and parameter_lines({"tools": [{"name": "x"}]}, "x") == []
