@@ -1,6 +1,9 @@
 """One call's journey across tiers: which tier to try next, and what went wrong.
 
-The loop itself is tenacity's: `Trace.attempts()` retries while `Escalate` is raised. Every tier's
+The loop itself is tenacity's: `Trace.attempts()` retries while `Escalate` is raised. A call's first
+attempt runs without it (most calls need no other, and the loop's machinery costs more than the
+rest of a call's routing); one that raises `Escalate` goes on in `Trace.retries()`, tenacity's loop
+taken up where it would have been after that attempt (same stop, same backoff). Every tier's
 answer is checked, the chain's last one's too. A `Trace` raises `Escalate` while another attempt is
 allowed (attempt count and deadline): the next attempt goes to a stronger tier, or — on the chain's
 last tier — to the same tier again, as a repair (`tool_choice` pinned to the tool the model meant)
@@ -25,10 +28,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from tenacity import AsyncRetrying, AttemptManager, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
 from router.core.call import Call
@@ -59,6 +62,19 @@ def _wait(deadline: float, state: RetryCallState) -> float:
     exc = state.outcome.exception() if state.outcome else None
     wait = _backoff(state) if isinstance(exc, Escalate) and exc.backoff else 0.0
     return max(0.0, min(wait, deadline - asyncio.get_running_loop().time()))
+
+
+async def _after_first(attempts: AsyncRetrying, first: Escalate) -> AsyncIterator[AttemptManager]:
+    """`attempts`' attempts but its first, which only raises `first` again (tenacity records it)."""
+    replay: Escalate | None = first
+    del first
+    async for attempt in attempts:
+        if replay is None:
+            yield attempt
+            continue
+        with attempt:
+            raise replay
+        replay = None  # the outcome is tenacity's now; no reference from this frame to its traceback
 
 
 class Trace:
@@ -99,6 +115,12 @@ class Trace:
             wait=functools.partial(_wait, self.deadline),
             reraise=True,
         )
+
+    def retries(self, first: Escalate) -> AsyncIterator[AttemptManager]:
+        """The attempts after a first one, run outside tenacity, that raised `first`: tenacity's loop
+        (`attempts()`) with `first` as its first attempt's outcome, so it stops, waits and retries
+        exactly as if it had run that attempt too."""
+        return _after_first(self.attempts(), first)
 
     def next_attempt(self) -> tuple[str, dict[str, Any]]:
         """The tier and body of the next attempt: routed tier, repair on the same tier, or stronger."""

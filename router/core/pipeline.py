@@ -2,8 +2,9 @@
 
     trace = begin(call)                     lane (router/core/lanes.py), agent feedback, sticky sessions,
                                             policy.decide (pure)
-    for each attempt (tenacity):            escalation.Trace picks tier and body (routed, repair, stronger),
-                                            past tiers whose breaker is open (router/core/breaker.py)
+    for each attempt:                       escalation.Trace picks tier and body (routed, repair, stronger),
+                                            past tiers whose breaker is open (router/core/breaker.py);
+                                            the first runs plainly, the rest in tenacity's loop
         answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks;
                                             its end (answer, upstream error, neither) told to the breaker
         salvage(answer)                     a call written as text → a tool call (router/core/salvage.py)
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from router.core import feedback
 from router.core.call import Call
+from router.core.escalate import Escalate
 from router.core.escalation import Trace
 from router.core.hedge import first_valid
 from router.core.salvage import salvage_reply, salvage_stream
@@ -63,11 +65,16 @@ async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:
     trace = await begin(router, call)
     span = router.tracing.start(trace)  # router/core/tracing.py; OFF: no-ops
     try:
-        async for attempt in trace.attempts():
-            with attempt, span.attempt(trace):
-                tier, body = trace.next_attempt()
-                replies = await _hedged(trace, tier, partial(_reply, router, trace, body))
-                reply = await anext(replies)
+        retries = None
+        try:  # the first attempt without tenacity's loop: most calls need no other
+            with span.attempt(trace):
+                reply = await _answer(router, trace)
+        except Escalate as first:
+            retries = trace.retries(first)
+        if retries is not None:
+            async for attempt in retries:
+                with attempt, span.attempt(trace):
+                    reply = await _answer(router, trace)
         span.answer(reply.data)
     finally:
         router.lanes.leave(trace.lane)
@@ -90,15 +97,35 @@ async def _joined(router: Runtime, trace: Trace) -> AsyncIterator[Chunk]:
     join = Joiner()
     span = router.tracing.start(trace)
     try:
-        async for attempt in trace.attempts():
-            with attempt, span.attempt(trace):
-                tier, body = trace.next_attempt()
-                join.next_attempt()
-                async for ready in await _hedged(trace, tier, partial(_chunks, router, trace, body)):
+        retries = None
+        try:  # the first attempt without tenacity's loop, as in `complete`
+            with span.attempt(trace):
+                async for ready in await _attempt_chunks(router, trace, join):
                     yield span.chunk(join(ready))
+        except Escalate as first:
+            retries = trace.retries(first)
+        if retries is not None:
+            async for attempt in retries:
+                with attempt, span.attempt(trace):
+                    async for ready in await _attempt_chunks(router, trace, join):
+                        yield span.chunk(join(ready))
     finally:
         router.lanes.leave(trace.lane)
         span.end(trace)
+
+
+async def _answer(router: Runtime, trace: Trace) -> Reply:
+    """One attempt's answer: the next tier asked (hedged if the route says so), the answer judged."""
+    tier, body = trace.next_attempt()
+    replies = await _hedged(trace, tier, partial(_reply, router, trace, body))
+    return await anext(replies)
+
+
+async def _attempt_chunks(router: Runtime, trace: Trace, join: Joiner) -> AsyncIterator[Chunk]:
+    """One attempt's chunks: the next tier asked (hedged if the route says so), through its gate."""
+    tier, body = trace.next_attempt()
+    join.next_attempt()
+    return await _hedged(trace, tier, partial(_chunks, router, trace, body))
 
 
 def _native(trace: Trace, upstream: Upstream, body: dict[str, Any]) -> tuple[NativeUpstream, Native] | None:
