@@ -15,6 +15,8 @@ CUT_AT = 0.8  # share of `shutdown_grace` after which calls still open are ended
 # -- checks and judges (validate.py, verify.py, shadow.py) -----------------------------------------
 MAX_SCHEMAS = 512  # compiled tool schemas kept (LRU): a few agents' tool sets, each compiled once
 MAX_RULES = 64  # compiled text-call rule sets kept (LRU), one per distinct set of offered tools
+MAX_TOOL_SETS = 64  # offered tool lists kept read (LRU): the few an agent sends, each read once
+TOOL_SET_BYTES = 64 * 1024  # a longer tool list (its JSON) is read per call, not kept: 64 lists of it at most
 VERDICT_CACHE_ENTRIES = 4096  # judge verdicts kept by (call, context) hash (LRU): a repeated call is judged once
 JUDGE_TEXT_MAX = 1500  # characters of one message, answer or arguments shown to a judge: a short prompt
 # characters of the offered tools (with their parameters) shown to a judge before the request: over

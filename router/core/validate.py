@@ -2,10 +2,12 @@
 
 The pipeline holds ONE `Validator` for the life of the app (created in the lifespan next to the
 upstream clients) and calls `validator.check(message, request, checks, finish_reason=...)` on every
-fast-tier answer. The validator owns two small LRU caches: compiled JSON Schemas (keyed by the
-schema's canonical JSON bytes) and compiled text rules (keyed by the offered tool names and the
-announce patterns). The module-level `check()` is a convenience for one-off use and tests; without
-a `validator=` argument it builds a throw-away `Validator`, so nothing is cached between calls.
+fast-tier answer. The validator owns three small LRU caches: compiled JSON Schemas (keyed by the
+schema's canonical JSON bytes), compiled text rules (keyed by the offered tool names and the
+announce patterns), and offered tool lists as read (keyed by the list's JSON as it came: an agent
+sends the same list on every call, which is then read once, not once per call and check). The
+module-level `check()` is a convenience for one-off use and tests; without a `validator=` argument
+it builds a throw-away `Validator`, so nothing is cached between calls.
 Calls written as text or only announced are found by router/core/text_calls.py; what counts as a
 mistake is decided here.
 
@@ -49,7 +51,7 @@ from typing import Any, Final
 import jsonschema_rs
 import orjson
 
-from router.constants import MAX_RULES, MAX_SCHEMAS
+from router.constants import MAX_RULES, MAX_SCHEMAS, MAX_TOOL_SETS, TOOL_SET_BYTES
 from router.core.schemas import BACKTRACK_LIMIT, TOO_COSTLY, CostlyPattern, compile_schema, patterns_of
 from router.core.text_calls import DEFAULT_ANNOUNCE, TOOL_PLACEHOLDER, TextRules, build_rules, opens_like_call
 from router.errors import BadRequest
@@ -152,6 +154,19 @@ def _json_answer(request: Mapping[str, Any]) -> bool:
     return isinstance(fmt, Mapping) and fmt.get("type") in ("json_object", "json_schema")
 
 
+@dataclass(frozen=True, slots=True)
+class _ToolSet:
+    """An offered tool list, read: `_tool_index`'s map, the cache key of each tool's schema (None:
+    not JSON, cannot check; free-text and schema-less tools have none), and the names."""
+
+    index: dict[str, Any]
+    keys: dict[str, bytes | None]
+    names: frozenset[str]
+
+
+_NO_TOOLS: Final = _ToolSet({}, {}, frozenset())
+
+
 def _tool_choice(choice: Any) -> tuple[bool, bool, str]:
     """(no tools allowed, a call is required, the named tool or "")."""
     if isinstance(choice, str):
@@ -174,8 +189,8 @@ class Validator:
     """Checks answers; owns the compiled-schema and text-rule caches. Hold one per app."""
 
     __slots__ = (
-        "_costly", "_max_costly", "_max_rules", "_max_schemas", "_patterns", "_rules", "_schema_bytes", "_schemas",
-        "compiled", "costly_hits", "hits",
+        "_costly", "_max_costly", "_max_rules", "_max_schemas", "_max_tool_sets", "_patterns", "_rules",
+        "_schema_bytes", "_schemas", "_tool_sets", "compiled", "costly_hits", "hits",
     )  # fmt: skip
 
     def __init__(
@@ -186,8 +201,10 @@ class Validator:
         max_schema_bytes: int = default("max_schema_bytes"),
         max_pattern_bytes: int = default("max_pattern_bytes"),
         max_costly_patterns: int = default("max_costly_patterns"),
+        max_tool_sets: int = MAX_TOOL_SETS,
     ) -> None:
         self._max_schemas = max_schemas
+        self._max_tool_sets = max_tool_sets
         self._max_costly = max_costly_patterns
         self._max_rules = max_rules
         self._schema_bytes = max_schema_bytes
@@ -197,6 +214,7 @@ class Validator:
         self._schemas: OrderedDict[bytes, Any] = OrderedDict()
         self._rules: OrderedDict[tuple[frozenset[str], tuple[str, ...]], TextRules] = OrderedDict()
         self._costly: OrderedDict[str, None] = OrderedDict()  # patterns found too costly (LRU)
+        self._tool_sets: OrderedDict[bytes, _ToolSet] = OrderedDict()
         self.compiled = 0  # schema compilations (cache misses), including schemas found invalid
         self.hits = 0  # schema cache hits
         self.costly_hits = 0  # schema cache misses refused by a pattern remembered as too costly, not compiled
@@ -209,10 +227,15 @@ class Validator:
     def costly_patterns(self) -> int:
         return len(self._costly)
 
+    @property
+    def cached_tool_sets(self) -> int:
+        return len(self._tool_sets)
+
     def admit(self, tools: Any) -> None:
         """Compile the offered tools' schemas (cached); raise `SchemaTooCostly` for one that is."""
-        for name, schema in _tool_index(tools).items():
-            if schema is not None and schema is not _FREEFORM and self._compiled(schema) is TOO_COSTLY:
+        tool_set = self._tool_set(tools)
+        for name, key in tool_set.keys.items():
+            if key is not None and self._by_key(key) is TOO_COSTLY:
                 raise SchemaTooCostly(
                     f"The schema of tool {name!r} is too costly to check (over {self._schema_bytes} bytes, "
                     "or a pattern too large for a linear-time regex engine).",
@@ -229,7 +252,8 @@ class Validator:
     ) -> list[Mistake]:
         """Every mistake in `message` (the assistant message) against `request` (the chat body)."""
         mistakes: list[Mistake] = []
-        tools = _tool_index(request.get("tools"))
+        tool_set = self._tool_set(request.get("tools"))
+        tools = tool_set.index
         no_tools, required, named = _tool_choice(request.get("tool_choice"))
         calls = message.get("tool_calls")
         if calls:
@@ -237,7 +261,7 @@ class Validator:
                 return [Mistake(UNKNOWN_TOOL, "", "malformed tool_calls (not a list)")]
             called: set[str] = set()
             for call in calls:
-                self._check_call(call, {} if no_tools else tools, finish_reason, mistakes, called)
+                self._check_call(call, _NO_TOOLS if no_tools else tool_set, finish_reason, mistakes, called)
             if no_tools and mistakes:
                 mistakes = [Mistake(m.kind, m.tool, "tool_choice is none") for m in mistakes]
             if named and named not in called:
@@ -254,7 +278,7 @@ class Validator:
         if not tools or no_tools:
             return mistakes
 
-        rules = self._text_rules(tools, checks)
+        rules = self._text_rules(tool_set.names, checks)
         mentioned = rules.mentioned(text)
         leaked = rules.written_calls(text, tools) if checks.detect_text_tool_calls and mentioned else []
         for name in leaked:
@@ -280,7 +304,7 @@ class Validator:
     def _check_call(
         self,
         call: Any,
-        tools: Mapping[str, Any],
+        tool_set: _ToolSet,
         finish_reason: str | None,
         mistakes: list[Mistake],
         called: set[str],
@@ -294,6 +318,7 @@ class Validator:
         if not isinstance(name, str) or not name:
             mistakes.append(Mistake(UNKNOWN_TOOL, "", "tool call without a function name"))
             return
+        tools = tool_set.index
         if name not in tools:
             mistakes.append(Mistake(UNKNOWN_TOOL, name, _short(f"{name!r} is not among the request's tools")))
             return
@@ -324,9 +349,9 @@ class Validator:
             detail = f"arguments are JSON {type(parsed).__name__}, not an object{truncated}"
             mistakes.append(Mistake(INVALID_JSON, name, _short(detail)))
             return
-        if schema is None:
+        if schema is None or (key := tool_set.keys.get(name)) is None:
             return
-        validator = self._compiled(schema)
+        validator = self._by_key(key)
         if validator is None or validator is TOO_COSTLY:
             return
         try:
@@ -341,12 +366,28 @@ class Validator:
         detail = f"{where}: {error.message}" if where else error.message
         mistakes.append(Mistake(SCHEMA_VIOLATION, name, _short(detail)))
 
-    def _compiled(self, schema: Any) -> Any:
-        """The cached validator of `schema`: None (cannot check) or `TOO_COSTLY` (refused)."""
+    def _tool_set(self, tools: Any) -> _ToolSet:
+        """`tools` read (cached by its JSON, unless that is longer than TOOL_SET_BYTES)."""
         try:
-            key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+            key = orjson.dumps(tools) if tools else b""
         except (orjson.JSONEncodeError, TypeError):
-            return None  # not JSON (cannot come from a parsed body): cannot check
+            key = None  # not JSON (cannot come from a parsed body): read, not kept
+        cached = self._tool_sets.get(key) if key is not None else None
+        if cached is not None:
+            self._tool_sets.move_to_end(key)  # type: ignore[arg-type]
+            return cached
+        index = _tool_index(tools)
+        keys = {name: _schema_key(s) for name, s in index.items() if s is not None and s is not _FREEFORM}
+        tool_set = _ToolSet(index, keys, frozenset(index))
+        if key is not None and len(key) <= TOOL_SET_BYTES:
+            self._tool_sets[key] = tool_set
+            if len(self._tool_sets) > self._max_tool_sets:
+                self._tool_sets.popitem(last=False)
+        return tool_set
+
+    def _by_key(self, key: bytes) -> Any:
+        """The cached validator of the schema whose canonical JSON is `key`: None (cannot check) or
+        `TOO_COSTLY` (refused)."""
         cached = self._schemas.get(key, _MISS)
         if cached is not _MISS:
             self.hits += 1
@@ -376,8 +417,8 @@ class Validator:
             return TOO_COSTLY
         return validator
 
-    def _text_rules(self, tools: Mapping[str, Any], checks: Checks) -> TextRules:
-        key = (frozenset(tools), checks.announced_call_patterns)
+    def _text_rules(self, names: frozenset[str], checks: Checks) -> TextRules:
+        key = (names, checks.announced_call_patterns)
         rules = self._rules.get(key)
         if rules is not None:
             self._rules.move_to_end(key)
@@ -387,6 +428,14 @@ class Validator:
         if len(self._rules) > self._max_rules:
             self._rules.popitem(last=False)
         return rules
+
+
+def _schema_key(schema: Any) -> bytes | None:
+    """A schema's canonical JSON (its key among compiled schemas), None if it is not JSON."""
+    try:
+        return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):
+        return None  # not JSON (cannot come from a parsed body): cannot check
 
 
 def check(

@@ -556,6 +556,22 @@ def test_module_check_uses_given_validator(validator: Validator) -> None:
     assert validator.compiled == 1
 
 
+def test_tool_lists_read_once_find_what_a_fresh_validator_finds() -> None:
+    """One validator, warm or cold, finds what a throw-away one finds, case after case, with each
+    offered tool list read once (kept by its JSON; a longer one than the bound is not kept)."""
+    shared = Validator(max_tool_sets=1)  # the lists take turns: read again after each eviction
+    for _ in range(2):
+        for _, message, request_body, _ in MISTAKES:
+            assert shared.check(message, request_body) == check(message, request_body)
+    assert shared.cached_tool_sets == 1
+    long = [{**WEATHER, "function": {**WEATHER["function"], "description": "d" * 70_000}}]
+    good, bad = msg(None, call("get_weather", {"city": "P"})), msg(None, call("get_weather", {"town": "P"}))
+    fresh = Validator()
+    assert fresh.check(good, req(tools=long)) == []
+    assert kinds(fresh.check(bad, req(tools=long))) == [("schema_violation", "get_weather")]
+    assert fresh.cached_tool_sets == 0 and fresh.compiled == 1  # the list read per call, its schema compiled once
+
+
 @pytest.mark.parametrize(
     ("checks", "content", "expected"),
     [
