@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -102,6 +102,37 @@ class StartOnFirstCall:
         await self.app(scope, receive, send)
 
 
+class Direct:
+    """ASGI middleware, the innermost: a POST to one of the API's call paths goes straight to its
+    handler, without Starlette's routing and exception layers (a route match per route, and three
+    wrappers of `send`, on every call). The handlers render every error themselves
+    (`router.api.endpoint`), so those layers have nothing to do for them; any other request (other
+    paths and methods: 404, 405) goes through them."""
+
+    def __init__(self, app: ASGIApp, calls: Mapping[str, Callable[[Request], Awaitable[Response]]]) -> None:
+        self.app = app
+        self.calls = dict(calls)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            handler = self.calls.get(_route_path(scope))
+            if handler is not None:
+                response = await handler(Request(scope, receive, send))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _route_path(scope: Scope) -> str:
+    """The request's path within the app (mounted in another: without the mount's prefix), as
+    Starlette's routing reads it."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path != root and path[len(root)] == "/":
+        return path[len(root) :]
+    return path
+
+
 async def _refuse(exc: RouterError, scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 1013, "reason": exc.message[:120]})  # 1013: try again later
@@ -159,13 +190,16 @@ def create_app(
     router = Runtime(settings, holder, store, serving(upstreams) if upstreams else build_upstream)
     lifecycle = Lifecycle(router)
 
+    calls: dict[str, Callable[[Request], Awaitable[Response]]] = {  # POST only
+        "/v1/chat/completions": chat.completions,
+        "/chat/completions": chat.completions,
+        "/v1/messages": messages.create,
+        "/v1/messages/count_tokens": messages.count_tokens,
+        "/v1/responses": responses.create,
+        "/responses": responses.create,
+    }
     routes = [
-        Route("/v1/chat/completions", chat.completions, methods=["POST"]),
-        Route("/chat/completions", chat.completions, methods=["POST"]),
-        Route("/v1/messages", messages.create, methods=["POST"]),
-        Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
-        Route("/v1/responses", responses.create, methods=["POST"]),
-        Route("/responses", responses.create, methods=["POST"]),
+        *(Route(path, handler, methods=["POST"]) for path, handler in calls.items()),
         WebSocketRoute("/v1/responses", responses_ws.connect),
         WebSocketRoute("/responses", responses_ws.connect),
         *admin.routes,
@@ -177,6 +211,7 @@ def create_app(
         middleware=[
             *([Middleware(AccessLog)] if settings.access_log else []),
             Middleware(StartOnFirstCall, lifecycle=lifecycle),
+            Middleware(Direct, calls=calls),
         ],
     )
     app.state.router = router
