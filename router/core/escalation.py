@@ -38,7 +38,7 @@ from router.core.call import Call
 from router.core.escalate import Escalate
 from router.core.lanes import STANDARD_LANE, Choice
 from router.core.record import Record
-from router.core.validate import Mistake
+from router.core.validate import Mistake, ToolSet
 from router.core.verify import verify
 from router.errors import ChecksFailed, TierOpen, UpstreamError, UpstreamStatus
 from router.policy.decide import Decision
@@ -100,6 +100,7 @@ class Trace:
         self._repair_tool: str | None = None
         self._repaired_on: set[str] = set()  # tiers that had their one repair
         self._route = next((r for r in policy.routes if r.name == decision.route), None)
+        self.admitted: tuple[Any, ToolSet] | None = None  # the offered tools and the validator's reading of them
         loop = asyncio.get_running_loop()
         self.started = loop.time()
         self.deadline = self.started + policy.escalation.deadline
@@ -196,7 +197,8 @@ class Trace:
     def judge(self, tier: str, message: Mapping[str, Any], finish_reason: str | None) -> list[Mistake]:
         """Check an answer and record it. Raise Escalate when its mistakes warrant another attempt
         and one is left, ChecksFailed when none is; return the mistakes the answer is delivered with."""
-        found = self.router.validator.check(message, self.call.body, finish_reason=finish_reason)
+        read = self.admitted[1] if self.admitted and self.admitted[0] is self.call.body.get("tools") else None
+        found = self.router.validator.check(message, self.call.body, finish_reason=finish_reason, tool_set=read)
         tools = [str((c.get("function") or {}).get("name", "")) for c in message.get("tool_calls") or ()]
         self.mistakes.extend(m.kind for m in found)
         self.record.attempt(tier, tools, found)

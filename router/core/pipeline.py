@@ -45,7 +45,8 @@ T = TypeVar("T")
 
 async def begin(router: Runtime, call: Call) -> Trace:
     try:
-        router.validator.admit(call.body.get("tools"))  # a client schema too costly to check: 400 now
+        tools = call.body.get("tools")
+        tool_set = router.validator.admit(tools)  # a client schema too costly to check: 400 now
     except SchemaTooCostly:
         router.metrics.tripped("schema_too_costly")
         raise
@@ -58,7 +59,9 @@ async def begin(router: Runtime, call: Call) -> Trace:
         router.lanes.leave(lane)
         raise
     router.adaptive.note(decision)
-    return Trace(router, call, policy, decision, lane)
+    trace = Trace(router, call, policy, decision, lane)
+    trace.admitted = (tools, tool_set)
+    return trace
 
 
 async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:

@@ -155,16 +155,17 @@ def _json_answer(request: Mapping[str, Any]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _ToolSet:
-    """An offered tool list, read: `_tool_index`'s map, the cache key of each tool's schema (None:
-    not JSON, cannot check; free-text and schema-less tools have none), and the names."""
+class ToolSet:
+    """An offered tool list, read (by `admit`, for `check`): `_tool_index`'s map, the cache key of
+    each tool's schema (None: not JSON, cannot check; free-text and schema-less tools have none),
+    and the names."""
 
     index: dict[str, Any]
     keys: dict[str, bytes | None]
     names: frozenset[str]
 
 
-_NO_TOOLS: Final = _ToolSet({}, {}, frozenset())
+_NO_TOOLS: Final = ToolSet({}, {}, frozenset())
 
 
 def _tool_choice(choice: Any) -> tuple[bool, bool, str]:
@@ -214,7 +215,7 @@ class Validator:
         self._schemas: OrderedDict[bytes, Any] = OrderedDict()
         self._rules: OrderedDict[tuple[frozenset[str], tuple[str, ...]], TextRules] = OrderedDict()
         self._costly: OrderedDict[str, None] = OrderedDict()  # patterns found too costly (LRU)
-        self._tool_sets: OrderedDict[bytes, _ToolSet] = OrderedDict()
+        self._tool_sets: OrderedDict[bytes, ToolSet] = OrderedDict()
         self.compiled = 0  # schema compilations (cache misses), including schemas found invalid
         self.hits = 0  # schema cache hits
         self.costly_hits = 0  # schema cache misses refused by a pattern remembered as too costly, not compiled
@@ -231,8 +232,9 @@ class Validator:
     def cached_tool_sets(self) -> int:
         return len(self._tool_sets)
 
-    def admit(self, tools: Any) -> None:
-        """Compile the offered tools' schemas (cached); raise `SchemaTooCostly` for one that is."""
+    def admit(self, tools: Any) -> ToolSet:
+        """Compile the offered tools' schemas (cached); raise `SchemaTooCostly` for one that is.
+        The tools as read, for `check` to take instead of reading them again."""
         tool_set = self._tool_set(tools)
         for name, key in tool_set.keys.items():
             if key is not None and self._by_key(key) is TOO_COSTLY:
@@ -241,6 +243,7 @@ class Validator:
                     "or a pattern too large for a linear-time regex engine).",
                     param="tools",
                 )
+        return tool_set
 
     def check(
         self,
@@ -249,10 +252,13 @@ class Validator:
         checks: Checks = DEFAULT_CHECKS,
         *,
         finish_reason: str | None = None,
+        tool_set: ToolSet | None = None,
     ) -> list[Mistake]:
-        """Every mistake in `message` (the assistant message) against `request` (the chat body)."""
+        """Every mistake in `message` (the assistant message) against `request` (the chat body);
+        `tool_set`: `admit`'s reading of `request`'s tools, if the caller kept it."""
         mistakes: list[Mistake] = []
-        tool_set = self._tool_set(request.get("tools"))
+        if tool_set is None:
+            tool_set = self._tool_set(request.get("tools"))
         tools = tool_set.index
         no_tools, required, named = _tool_choice(request.get("tool_choice"))
         calls = message.get("tool_calls")
@@ -304,7 +310,7 @@ class Validator:
     def _check_call(
         self,
         call: Any,
-        tool_set: _ToolSet,
+        tool_set: ToolSet,
         finish_reason: str | None,
         mistakes: list[Mistake],
         called: set[str],
@@ -366,7 +372,7 @@ class Validator:
         detail = f"{where}: {error.message}" if where else error.message
         mistakes.append(Mistake(SCHEMA_VIOLATION, name, _short(detail)))
 
-    def _tool_set(self, tools: Any) -> _ToolSet:
+    def _tool_set(self, tools: Any) -> ToolSet:
         """`tools` read (cached by its JSON, unless that is longer than TOOL_SET_BYTES)."""
         try:
             key = orjson.dumps(tools) if tools else b""
@@ -378,7 +384,7 @@ class Validator:
             return cached
         index = _tool_index(tools)
         keys = {name: _schema_key(s) for name, s in index.items() if s is not None and s is not _FREEFORM}
-        tool_set = _ToolSet(index, keys, frozenset(index))
+        tool_set = ToolSet(index, keys, frozenset(index))
         if key is not None and len(key) <= TOOL_SET_BYTES:
             self._tool_sets[key] = tool_set
             if len(self._tool_sets) > self._max_tool_sets:

@@ -563,6 +563,8 @@ def test_tool_lists_read_once_find_what_a_fresh_validator_finds() -> None:
     for _ in range(2):
         for _, message, request_body, _ in MISTAKES:
             assert shared.check(message, request_body) == check(message, request_body)
+            read = shared.admit(request_body.get("tools"))  # as the pipeline keeps it for its checks
+            assert shared.check(message, request_body, tool_set=read) == check(message, request_body)
     assert shared.cached_tool_sets == 1
     long = [{**WEATHER, "function": {**WEATHER["function"], "description": "d" * 70_000}}]
     good, bad = msg(None, call("get_weather", {"city": "P"})), msg(None, call("get_weather", {"town": "P"}))
