@@ -144,12 +144,16 @@ def up(
     port: Annotated[int, typer.Option(help="proxy port")] = 8080,
     fast_port: Annotated[int, typer.Option(help="llama.cpp port of the fast tier")] = 8081,
     full_port: Annotated[int, typer.Option(help="llama.cpp port of the full tier")] = 8082,
+    fast: Annotated[
+        str, typer.Option(help="the fast tier's model: gemma-3-270m, or qwen2.5-coder-0.5b (fetched the first time)")
+    ] = "gemma-3-270m",
 ) -> None:
-    """Run the local demo: two llama.cpp Gemma 3 270M servers (fast, full) and the proxy."""
+    """Run the local demo: two llama.cpp servers (fast: Gemma 3 270M or Qwen2.5-Coder-0.5B; full:
+    Qwen2.5-Coder-1.5B) and the proxy."""
     from router.tools.local import run_local
 
     _logging("info")
-    raise typer.Exit(run_local(policy=policy, port=port, fast_port=fast_port, full_port=full_port))
+    raise typer.Exit(run_local(policy=policy, port=port, fast_port=fast_port, full_port=full_port, fast=fast))
 
 
 @app.command()

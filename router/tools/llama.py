@@ -54,7 +54,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
-from router.tools.models import QWEN25_CODER_1_5B, cache_root
+from router.tools.models import QWEN25_CODER_1_5B, PackedModel, cache_root
 
 MODEL_ALIAS = "gemma-3-270m"
 CHAT_FORMAT = "chatml-function-calling"
@@ -284,11 +284,17 @@ def full_server(model: Path, port: int, log_path: Path, *, n_ctx: int = 4096) ->
     """The local full tier, Qwen2.5-Coder-1.5B-Instruct (router/tools/models.py): on llama.cpp's
     llama-server when scripts/build-llama-server built it (its chat template, `--jinja`), else on
     llama-cpp-python with FULL_CHAT_FORMAT (bench/results/tiers.md compares the two)."""
+    return qwen_server("full", QWEN25_CODER_1_5B, model, port, log_path, n_ctx=n_ctx)
+
+
+def qwen_server(
+    name: str, packed: PackedModel, model: Path, port: int, log_path: Path, *, n_ctx: int = 4096
+) -> LlamaServer | CppServer:
+    """A Qwen2.5-Coder tier: on llama-server when it is built (`--jinja`, the GGUF's own template),
+    else on llama-cpp-python with FULL_CHAT_FORMAT."""
     if llama_server_binary().is_file():
-        return CppServer("full", model, port, log_path, alias=QWEN25_CODER_1_5B.alias, n_ctx=n_ctx)
-    return LlamaServer(
-        "full", model, port, log_path, alias=QWEN25_CODER_1_5B.alias, chat_format=FULL_CHAT_FORMAT, n_ctx=n_ctx
-    )
+        return CppServer(name, model, port, log_path, alias=packed.alias, n_ctx=n_ctx)
+    return LlamaServer(name, model, port, log_path, alias=packed.alias, chat_format=FULL_CHAT_FORMAT, n_ctx=n_ctx)
 
 
 # -- llama.cpp's own server -----------------------------------------------------------------------

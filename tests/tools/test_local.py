@@ -113,6 +113,7 @@ def test_run_local_refuses_busy_ports_and_missing_policy(tmp_path: Path) -> None
     assert run_local(policy=tmp_path / "nope.yaml", port=_port(), fast_port=_port(), full_port=_port()) == 1
     same = _port()
     assert run_local(policy=policy, port=same, fast_port=same, full_port=_port()) == 1
+    assert run_local(policy=policy, port=_port(), fast_port=_port(), full_port=_port(), fast="llama-70b") == 1
 
 
 def test_the_llama_server_cache_key_is_the_build_scripts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
