@@ -18,6 +18,7 @@ fail, counted apart.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -76,41 +77,49 @@ def last_user_text(body: Mapping[str, Any]) -> str:
     return ""
 
 
-def tool_lines(body: Mapping[str, Any]) -> list[str]:
-    lines = []
+def tool_functions(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The offered tools' function definitions (chat-style `{"function": {...}}`, or flat)."""
+    fns = []
     for t in body.get("tools") or ():
-        if not isinstance(t, dict):
-            continue
-        inner = t.get("function")
-        fn: dict[str, Any] = inner if isinstance(inner, dict) else t
-        desc = " ".join(str(fn.get("description") or "").split())[:160]
-        lines.append(f"- {fn.get('name')}: {desc}" if desc else f"- {fn.get('name')}")
+        if isinstance(t, dict):
+            inner = t.get("function")
+            fns.append(inner if isinstance(inner, dict) else t)
+    return fns
+
+
+def tool_line(fn: Mapping[str, Any]) -> str:
+    """`- name: description` (the description's whitespace folded, cut at 160 characters)."""
+    desc = " ".join(str(fn.get("description") or "").split())[:160]
+    return f"- {fn.get('name')}: {desc}" if desc else f"- {fn.get('name')}"
+
+
+def tool_lines(body: Mapping[str, Any]) -> list[str]:
+    return [tool_line(fn) for fn in tool_functions(body)]
+
+
+def function_parameter_lines(fn: Mapping[str, Any]) -> list[str]:
+    """A tool's parameters, one line each: `- key (type, required): description`. At most 24, each
+    description cut at 120 characters; [] when its schema has no properties."""
+    schema = fn.get("parameters") or fn.get("input_schema")
+    if not isinstance(schema, dict) or not isinstance(props := schema.get("properties"), dict):
+        return []
+    required = set(req) if isinstance(req := schema.get("required"), list) and len(req) <= 1024 else set()
+    lines = []
+    for key, spec in itertools.islice(props.items(), 24):
+        spec = spec if isinstance(spec, dict) else {}
+        kind = str(spec["type"]) if isinstance(spec.get("type"), str) else "any"
+        if isinstance(spec.get("enum"), list):
+            kind += " one of " + ", ".join(str(v)[:40] for v in spec["enum"][:8])
+        desc = " ".join(str(spec.get("description") or "").split())[:120]
+        tags = f"{kind}, required" if isinstance(key, str) and key in required else kind
+        lines.append(f"- {key} ({tags}): {desc}" if desc else f"- {key} ({tags})")
     return lines
 
 
 def parameter_lines(body: Mapping[str, Any], name: str) -> list[str]:
-    """The parameters of offered tool `name`, one line each: `- key (type, required): description`.
-    At most 24, each description cut at 120 characters; [] when the tool or its schema is unknown."""
-    for t in body.get("tools") or ():
-        inner = t.get("function") if isinstance(t, dict) else None
-        fn = inner if isinstance(inner, dict) else t
-        if not isinstance(fn, dict) or fn.get("name") != name:
-            continue
-        schema = fn.get("parameters") or fn.get("input_schema")
-        if not isinstance(schema, dict) or not isinstance(props := schema.get("properties"), dict):
-            return []
-        required = req if isinstance(req := schema.get("required"), list) else []
-        lines = []
-        for key, spec in list(props.items())[:24]:
-            spec = spec if isinstance(spec, dict) else {}
-            kind = str(spec["type"]) if isinstance(spec.get("type"), str) else "any"
-            if isinstance(spec.get("enum"), list):
-                kind += " one of " + ", ".join(str(v) for v in spec["enum"][:8])
-            desc = " ".join(str(spec.get("description") or "").split())[:120]
-            tags = f"{kind}, required" if key in required else kind
-            lines.append(f"- {key} ({tags}): {desc}" if desc else f"- {key} ({tags})")
-        return lines
-    return []
+    """The parameters of offered tool `name` (`function_parameter_lines`); [] when it is not offered."""
+    fn = next((fn for fn in tool_functions(body) if fn.get("name") == name), None)
+    return function_parameter_lines(fn) if fn is not None else []
 
 
 def json_object(content: str) -> dict[str, Any] | None:

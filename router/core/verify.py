@@ -45,9 +45,12 @@ from router.core.compare import (
     ask_json,
     call_key,
     first_call,
+    function_parameter_lines,
     json_object,
     last_user_text,
     parameter_lines,
+    tool_functions,
+    tool_line,
     tool_lines,
 )
 from router.errors import UpstreamError
@@ -103,12 +106,17 @@ def judge_messages(body: Mapping[str, Any], message: Mapping[str, Any]) -> list[
     each verdict reads only the request and the call (a few dozen tokens). Tools over
     `JUDGE_TOOLS_MAX` characters are listed without parameters; the called tool's then follow the call."""
     name, args = first_call(message) or ("", "")
-    tools, after = tool_lines(body), []
-    detailed = [line for t in tools for line in (t, *_indented(parameter_lines(body, _listed_name(t))))]
-    if sum(len(line) + 1 for line in detailed) <= JUDGE_TOOLS_MAX:
-        tools = detailed
-    elif params := parameter_lines(body, name):
-        after = [f"Parameters of {name}:", *params]
+    fns = tool_functions(body)
+    tools, after, size = [], [], 0
+    for fn in fns:
+        block = [tool_line(fn), *(f"  {line}" for line in function_parameter_lines(fn))]
+        size += sum(len(line) + 1 for line in block)
+        if size > JUDGE_TOOLS_MAX:  # too many to detail: names and descriptions, the called tool's parameters
+            tools = [tool_line(fn) for fn in fns]
+            if params := parameter_lines(body, name):
+                after = [f"Parameters of {name}:", *params]
+            break
+        tools += block
     prompt = "\n".join(
         [
             "Tools offered:",
@@ -123,15 +131,6 @@ def judge_messages(body: Mapping[str, Any], message: Mapping[str, Any]) -> list[
         ]
     )
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt}]
-
-
-def _listed_name(line: str) -> str:
-    """The tool name of a `tool_lines` line (`- name: description` or `- name`)."""
-    return line[2:].split(": ", 1)[0]
-
-
-def _indented(lines: list[str]) -> list[str]:
-    return [f"  {line}" for line in lines]
 
 
 def judge_key(body: Mapping[str, Any], message: Mapping[str, Any], judge_tier: str) -> bytes:
