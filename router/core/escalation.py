@@ -37,8 +37,9 @@ from tenacity.wait import wait_exponential_jitter
 from router.core.call import Call
 from router.core.escalate import Escalate
 from router.core.lanes import STANDARD_LANE, Choice
+from router.core.offered import ToolSet
 from router.core.record import Record
-from router.core.validate import Mistake, ToolSet
+from router.core.validate import Mistake
 from router.core.verify import verify
 from router.errors import ChecksFailed, TierOpen, UpstreamError, UpstreamStatus
 from router.policy.decide import Decision

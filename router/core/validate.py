@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -52,6 +52,15 @@ import jsonschema_rs
 import orjson
 
 from router.constants import MAX_RULES, MAX_SCHEMAS, MAX_TOOL_SETS, TOOL_SET_BYTES
+from router.core.offered import (
+    FREEFORM,
+    NO_TOOLS,
+    ToolSet,
+    content_text,
+    json_answer,
+    tool_choice,
+    tool_index,
+)
 from router.core.schemas import BACKTRACK_LIMIT, TOO_COSTLY, CostlyPattern, compile_schema, patterns_of
 from router.core.text_calls import DEFAULT_ANNOUNCE, TOOL_PLACEHOLDER, TextRules, build_rules, opens_like_call
 from router.errors import BadRequest
@@ -73,7 +82,6 @@ KINDS: Final = (
 )
 
 _DETAIL_MAX: Final = 120
-_FREEFORM: Final = object()  # a custom tool: free-text input, nothing to parse
 _MISS: Final = object()
 
 
@@ -112,78 +120,6 @@ DEFAULT_CHECKS: Final = Checks()
 def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
-
-
-def _content_text(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):  # content parts
-        return "".join(
-            str(part.get("text") or "")
-            for part in content
-            if isinstance(part, Mapping) and part.get("type") in ("text", "output_text")
-        )
-    return ""
-
-
-def _tool_index(tools: Any) -> dict[str, Any]:
-    """name -> parameters schema (None: no schema) or `_FREEFORM`."""
-    index: dict[str, Any] = {}
-    if not isinstance(tools, Sequence) or isinstance(tools, str):
-        return index
-    for tool in tools:
-        if not isinstance(tool, Mapping):
-            continue
-        kind = tool.get("type", "function")
-        spec = tool.get(kind) if isinstance(kind, str) else None
-        if not isinstance(spec, Mapping):
-            spec = tool  # Responses / Anthropic: flat definition
-        name = spec.get("name")
-        if isinstance(name, str) and name:
-            if kind == "custom":
-                index[name] = _FREEFORM
-            else:
-                index[name] = spec.get("parameters", spec.get("input_schema"))
-    return index
-
-
-def _json_answer(request: Mapping[str, Any]) -> bool:
-    """Did the client ask for a JSON answer (`response_format`)? Then JSON text is the answer, not a call."""
-    fmt = request.get("response_format")
-    return isinstance(fmt, Mapping) and fmt.get("type") in ("json_object", "json_schema")
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSet:
-    """An offered tool list, read (by `admit`, for `check`): `_tool_index`'s map, the cache key of
-    each tool's schema (None: not JSON, cannot check; free-text and schema-less tools have none),
-    and the names."""
-
-    index: dict[str, Any]
-    keys: dict[str, bytes | None]
-    names: frozenset[str]
-
-
-_NO_TOOLS: Final = ToolSet({}, {}, frozenset())
-
-
-def _tool_choice(choice: Any) -> tuple[bool, bool, str]:
-    """(no tools allowed, a call is required, the named tool or "")."""
-    if isinstance(choice, str):
-        return choice == "none", choice in ("required", "any"), ""
-    if isinstance(choice, Mapping):
-        kind = choice.get("type")
-        if kind in ("function", "tool", "custom"):
-            spec = choice.get(kind)
-            name = (spec if isinstance(spec, Mapping) else choice).get("name")
-            return False, True, name if isinstance(name, str) else ""
-        if kind == "allowed_tools":  # restricting the set is not checked; only its mode
-            inner = choice.get("allowed_tools")
-            mode = choice.get("mode") or (inner.get("mode") if isinstance(inner, Mapping) else None)
-            return False, mode == "required", ""
-        return kind == "none", kind == "any", ""
-    return False, False, ""
 
 
 class Validator:
@@ -260,14 +196,14 @@ class Validator:
         if tool_set is None:
             tool_set = self._tool_set(request.get("tools"))
         tools = tool_set.index
-        no_tools, required, named = _tool_choice(request.get("tool_choice"))
+        no_tools, required, named = tool_choice(request.get("tool_choice"))
         calls = message.get("tool_calls")
         if calls:
             if not isinstance(calls, list):
                 return [Mistake(UNKNOWN_TOOL, "", "malformed tool_calls (not a list)")]
             called: set[str] = set()
             for call in calls:
-                self._check_call(call, _NO_TOOLS if no_tools else tool_set, finish_reason, mistakes, called)
+                self._check_call(call, NO_TOOLS if no_tools else tool_set, finish_reason, mistakes, called)
             if no_tools and mistakes:
                 mistakes = [Mistake(m.kind, m.tool, "tool_choice is none") for m in mistakes]
             if named and named not in called:
@@ -275,7 +211,7 @@ class Validator:
                 mistakes.append(Mistake(MISSING_TOOL_CALL, named, _short(detail)))
             return mistakes
 
-        text = _content_text(message)
+        text = content_text(message)
         if not text.strip():
             if not message.get("refusal"):
                 suffix = f" (finish_reason={finish_reason})" if finish_reason else ""
@@ -289,7 +225,7 @@ class Validator:
         leaked = rules.written_calls(text, tools) if checks.detect_text_tool_calls and mentioned else []
         for name in leaked:
             mistakes.append(Mistake(TEXT_TOOL_CALL, name, "tool call written as text content"))
-        if not leaked and checks.detect_text_tool_calls and not _json_answer(request) and opens_like_call(text):
+        if not leaked and checks.detect_text_tool_calls and not json_answer(request) and opens_like_call(text):
             # a call written as text that does not decode, or names no offered tool: still a call attempt
             mistakes.append(Mistake(TEXT_TOOL_CALL, "", "text opens like a tool call but holds no valid call"))
             return mistakes
@@ -330,7 +266,7 @@ class Validator:
             return
         called.add(name)  # the tool was called; a bad call is its own mistake, not a missing one
         schema = tools[name]
-        if schema is _FREEFORM or kind == "custom":
+        if schema is FREEFORM or kind == "custom":
             return
         args = spec.get("arguments") if isinstance(spec, Mapping) else None
         truncated = " (finish_reason=length)" if finish_reason == "length" else ""
@@ -382,8 +318,8 @@ class Validator:
         if cached is not None:
             self._tool_sets.move_to_end(key)  # type: ignore[arg-type]
             return cached
-        index = _tool_index(tools)
-        keys = {name: _schema_key(s) for name, s in index.items() if s is not None and s is not _FREEFORM}
+        index = tool_index(tools)
+        keys = {name: _schema_key(s) for name, s in index.items() if s is not None and s is not FREEFORM}
         tool_set = ToolSet(index, keys, frozenset(index))
         if key is not None and len(key) <= TOOL_SET_BYTES:
             self._tool_sets[key] = tool_set
