@@ -1,5 +1,10 @@
 """Client connections: uvicorn's protocols with the limits they lack, and the server's options.
 
+    defer_accept        the listening socket hands a connection to the server only once its first
+                        bytes arrive (Linux TCP_DEFER_ACCEPT, as nginx's `listen … deferred`): a
+                        connection that sends nothing holds no descriptor and costs the server no
+                        CPU; after about this many seconds (the kernel rounds up to its SYN-ACK
+                        retries: 10 → 15 s) it is handed over anyway and `header_timeout` applies
     header_timeout      a connection that has not sent a whole request line and headers within this
                         many seconds of connecting (or of starting its next request) gets 408 and is
                         closed: silent and slow-header ("slowloris") connections do not pile up
@@ -17,15 +22,22 @@ Every limit that trips counts in `router_limits_tripped{limit}`. A response's he
 first body part, in one write (`OneWrite`). The protocols find the router in the lifespan state
 (`{"router": router}`, router/app.py), so they work in every worker process.
 
-    server_options(settings)   the keyword arguments of `uvicorn.run` / `uvicorn.Config` for them
+    server_options(settings)   the keyword arguments of `uvicorn.Config` for them
+    Server                     uvicorn's server, its listening sockets set up as above
+    serve(app, **options)      `uvicorn.run` with that server
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import resource
+import socket
+import sys
 from typing import TYPE_CHECKING, Any
 
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
@@ -287,3 +299,36 @@ def server_options(settings: Settings) -> dict[str, Any]:
         "ws_ping_interval": settings.ws_ping_interval,
         "ws_ping_timeout": settings.ws_ping_interval,
     }
+
+
+def defer_accept(sock: Any, seconds: float) -> bool:
+    """Set TCP_DEFER_ACCEPT on a listening TCP socket; False where the platform has none."""
+    option = getattr(socket, "TCP_DEFER_ACCEPT", None)
+    if option is None or seconds <= 0 or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    sock.setsockopt(socket.IPPROTO_TCP, option, math.ceil(seconds))
+    return True
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server; once the app has started, its listening sockets defer silent connections
+    (`defer_accept`, read from the router the lifespan started)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        state = getattr(self.lifespan, "state", None)
+        router = state.get("router") if isinstance(state, dict) else None
+        if router is None or not self.started:
+            return
+        for server in self.servers:
+            for sock in server.sockets:
+                defer_accept(sock, router.settings.defer_accept)
+
+
+def serve(app: Any, **options: Any) -> None:
+    """`uvicorn.run(app, **options)` with the router's `Server`."""
+    server = Server(uvicorn.Config(app, **options))
+    with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: a second Ctrl-C during shutdown
+        server.run()
+    if not server.started:
+        sys.exit(3)  # uvicorn's STARTUP_FAILURE

@@ -82,13 +82,13 @@ def store_notice(url: str, workers: int) -> str:
 
 
 def runner(settings: Settings, app: Starlette, workers: int) -> Callable[..., None]:
-    """What runs the server, given uvicorn's options: `uvicorn.run(app)` for one process; for N the
+    """What runs the server, given uvicorn's options: router/connections.py `serve(app)` for one process; for N the
     supervisor, whose workers build the app from the environment (the settings go there). `app`,
     built in this process, has checked the policy and the store URL once for all workers."""
-    import uvicorn
+    from router.connections import serve
 
     if workers <= 1:
-        return functools.partial(uvicorn.run, app)
+        return functools.partial(serve, app)
     if settings.port == 0:
         raise ValueError("--workers needs a fixed --port: every worker binds it")
     url = settings.store or app.state.router.policy.current.store

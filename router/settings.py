@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     max_connections: int = Field(
         0, ge=0, description="open client connections; beyond it an idle one is closed, else 503 (0: ¾ of the fd limit)"
     )
+    defer_accept: float = Field(
+        10.0, ge=0, description="seconds a new connection that sent nothing stays with the kernel (0: off)"
+    )
     header_timeout: float = Field(10.0, gt=0, description="seconds to receive a request's headers → closed")
     max_header_bytes: int = Field(64 * 1024, ge=1024, description="bytes of request line and headers → 431, closed")
     body_timeout: float = Field(60.0, gt=0, description="seconds to receive a request's body → 408, closed")

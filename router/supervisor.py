@@ -67,7 +67,9 @@ def _worker(factory: str, options: dict[str, Any], ready: Event) -> None:
     """One worker process: its own socket in the port's group, uvicorn serving the app factory."""
     import uvicorn
 
-    class Server(uvicorn.Server):
+    from router.connections import Server as RouterServer
+
+    class Server(RouterServer):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
             if self.started and not self.should_exit:

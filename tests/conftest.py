@@ -25,7 +25,7 @@ import uvicorn
 from aiohttp import web
 
 from router.app import create_app
-from router.connections import server_options
+from router.connections import Server, server_options
 from router.fake import FakeConfig, FakeServer, start_fake
 from router.runtime import Runtime
 from router.settings import Settings
@@ -123,7 +123,7 @@ async def start_uvicorn(app: Any, **options: Any) -> tuple[uvicorn.Server, async
     Stop it with `stop_uvicorn`."""
     sock = free_socket()
     config = uvicorn.Config(app, log_level="warning", lifespan="on", **{"timeout_graceful_shutdown": 1, **options})
-    server = uvicorn.Server(config)
+    server = Server(config)  # the router's: its listening socket set up as `serve` sets it
     task = asyncio.create_task(server.serve(sockets=[sock]))
     for _ in range(500):
         if server.started or task.done():

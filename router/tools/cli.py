@@ -48,7 +48,7 @@ def serve(
     settings = Settings(policy=policy, host=host, port=port, store=store, log_level=log_level, **flags)
     try:
         asgi = create_app(settings)
-        run = runner(settings, asgi, workers)  # uvicorn.run(asgi, ...), or N worker processes
+        run = runner(settings, asgi, workers)  # connections.serve(asgi, ...), or N worker processes
     except (PolicyError, ValueError) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from None

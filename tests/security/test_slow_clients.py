@@ -2,8 +2,12 @@
 
     slow headers      one byte at a time: 408 and closed at `header_timeout`
     huge headers      431 and closed past `max_header_bytes`
-    silent sockets    more than `max_connections`: the longest-idle one is closed for a new one, and
-                      legitimate calls still get through; with no idle one to close, 503 at once
+    silent sockets    held by the kernel, not the server, until they send (`defer_accept`): many
+                      more than `max_connections` cost nothing; handed over after the deferral, they
+                      get 408 at `header_timeout`. Where the kernel cannot hold them (defer_accept
+                      0, or past it): beyond `max_connections` the longest-idle one is closed for a
+                      new one, and legitimate calls still get through; with no idle one to close,
+                      503 at once
     slow bodies       they hold no place in flight (calls still pass at max_concurrency); 408 at
                       `body_timeout`
     vanishing client  a call on a hanging tier, abandoned: within 1 s its upstream connection is
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -29,7 +34,8 @@ from tests.api.helpers import TOOLS, USER, post
 from tests.conftest import policy_text, upstream_app
 from tests.fault.test_hostile_upstream import tripped
 
-LIMITS = {"header_timeout": 0.5, "body_timeout": 1.0, "max_header_bytes": 4096}
+# defer_accept 0: the server itself sees silent connections (the tests of defer_accept turn it on)
+LIMITS = {"header_timeout": 0.5, "body_timeout": 1.0, "max_header_bytes": 4096, "defer_accept": 0}
 REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
 SLOW_BODY_HEAD = REQUEST + b"content-type: application/json\r\n"
 
@@ -108,7 +114,7 @@ async def test_huge_headers_are_refused(proxy) -> None:
 
 async def test_silent_connections_over_the_cap_make_room_for_real_calls(start_fake_, proxy_) -> None:
     fast = await start_fake_(FakeConfig(seed=1))
-    proxy = await proxy_(policy_text(fast.url), max_connections=8, header_timeout=30)
+    proxy = await proxy_(policy_text(fast.url), max_connections=8, header_timeout=30, defer_accept=0)
     async with contextlib.AsyncExitStack() as stack:
         silent = [await stack.enter_async_context(raw(proxy.base)) for _ in range(20)]
         await asyncio.sleep(0.1)
@@ -124,11 +130,32 @@ async def test_silent_connections_over_the_cap_make_room_for_real_calls(start_fa
     assert await tripped(proxy.base, "connections_evicted") >= 12
 
 
+@pytest.mark.skipif(not hasattr(socket, "TCP_DEFER_ACCEPT"), reason="Linux's TCP_DEFER_ACCEPT")
+async def test_silent_connections_stay_with_the_kernel_and_cost_no_place(start_fake_, proxy_) -> None:
+    """Far more silent connections than `max_connections`: none reaches the server (nothing is
+    evicted, no connection is open in it), calls on new connections pass; after the deferral (1 s
+    asks the kernel for one SYN-ACK retry) they are handed over and closed at `header_timeout`."""
+    fast = await start_fake_(FakeConfig(seed=1))
+    proxy = await proxy_(policy_text(fast.url), max_connections=8, header_timeout=0.5, defer_accept=1)
+    async with contextlib.AsyncExitStack() as stack:
+        silent = [await stack.enter_async_context(raw(proxy.base)) for _ in range(40)]
+        await asyncio.sleep(0.2)
+        for _ in range(5):
+            answer = await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER})
+            assert answer.status == 200, answer.body
+        assert await tripped(proxy.base, "connections_evicted") == 0
+        assert await tripped(proxy.base, "connections_refused") == 0
+        closed = await asyncio.gather(*(closed_with(reader, 6) for reader, _ in silent))
+    assert all(answer.startswith(b"HTTP/1.1 408") for answer in closed)
+    # handed over at once, 40 at a cap of 8: the ones over it were closed for newer ones
+    assert await tripped(proxy.base, "header_timeout") + await tripped(proxy.base, "connections_evicted") == 40
+
+
 async def test_the_connection_closed_for_a_new_one_is_the_longest_silent(start_fake_, proxy_) -> None:
     """At the cap, connections that never sent a request go first, oldest first; a kept-alive one
     that was served waits until none of them is left, and one in the middle of a request never goes."""
     fast = await start_fake_(FakeConfig(seed=1))
-    proxy = await proxy_(policy_text(fast.url), max_connections=4, header_timeout=30)
+    proxy = await proxy_(policy_text(fast.url), max_connections=4, header_timeout=30, defer_accept=0)
 
     async def is_open(reader: asyncio.StreamReader) -> bool:
         with contextlib.suppress(TimeoutError):
@@ -162,7 +189,7 @@ async def test_the_connection_closed_for_a_new_one_is_the_longest_silent(start_f
 
 async def test_with_no_idle_connection_to_close_a_new_one_gets_503(start_fake_, proxy_) -> None:
     slow = await start_fake_(FakeConfig(seed=1, delay_ms=3000))
-    proxy = await proxy_(policy_text(slow.url), max_connections=3)
+    proxy = await proxy_(policy_text(slow.url), max_connections=3, defer_accept=0)
     calls = [
         asyncio.create_task(post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER}))
         for _ in range(3)
