@@ -30,6 +30,43 @@ async def callers(n: int, stop: asyncio.Event, one: Callable[[aiohttp.ClientSess
         await asyncio.gather(*(loop() for _ in range(n)))
 
 
+async def paced(
+    rate: float, inflight: int, stop: asyncio.Event, one: Callable[[aiohttp.ClientSession], Awaitable[None]]
+) -> None:
+    """`one` started `rate` times a second until `stop`, at most `inflight` at a time (a start with
+    none free is skipped). An attack made of calls is measured by what their content costs the
+    proxy, not by their volume: a flood of ordinary calls is overload, which no limit on content can
+    stop (`max_concurrency` answers it with 503s) — and once a hostile tier's breaker opens, an
+    unpaced attacker's calls are just that, escalated to a healthy tier as fast as it answers."""
+    timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT)
+    room = asyncio.Semaphore(inflight)
+
+    async def guarded(session: aiohttp.ClientSession) -> None:
+        try:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                await one(session)
+        finally:
+            room.release()
+
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        running: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+        start, n = loop.time(), 0
+        while not stop.is_set():
+            n += 1
+            await asyncio.sleep(max(0.0, start + n / rate - loop.time()))
+            if room.locked():
+                continue  # none free: this one is skipped
+            await room.acquire()
+            task = asyncio.create_task(guarded(session))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        await asyncio.gather(*running)
+
+
+ENDLESS_RATE = 20.0  # calls a second to the endless tiers, at most 4 at a time
+
+
 def endless(base: str, stream: bool) -> Callable[[asyncio.Event], Awaitable[None]]:
     async def one(session: aiohttp.ClientSession) -> None:
         body = {"model": "auto", "messages": USER, "tools": [TOOL], "stream": stream}
@@ -37,7 +74,7 @@ def endless(base: str, stream: bool) -> Callable[[asyncio.Event], Awaitable[None
         async with session.post(base + "/v1/chat/completions", json=body, headers=attack) as r:
             await r.read()
 
-    return lambda stop: callers(4, stop, one)
+    return lambda stop: paced(ENDLESS_RATE, 4, stop, one)
 
 
 def abandon(base: str) -> Callable[[asyncio.Event], Awaitable[None]]:
@@ -51,7 +88,12 @@ def abandon(base: str) -> Callable[[asyncio.Event], Awaitable[None]]:
     return lambda stop: callers(50, stop, one)
 
 
+HOSTILE_RATE = 100.0  # hostile-schema calls a second: about a tenth of one proxy's capacity here
+
+
 def hostile_schemas(base: str) -> Callable[[asyncio.Event], Awaitable[None]]:
+    """Calls whose tool schema holds a catastrophic-backtracking pattern (checked in linear time)
+    or one too costly to compile (refused with 400), alternately, at `HOSTILE_RATE`."""
     patterns = ["^(a+)+$", r"[\w\W]{50000}"]
     count = 0
 
@@ -65,7 +107,7 @@ def hostile_schemas(base: str) -> Callable[[asyncio.Event], Awaitable[None]]:
         async with session.post(base + "/v1/chat/completions", json=body) as r:
             await r.read()
 
-    return lambda stop: callers(4, stop, one)
+    return lambda stop: paced(HOSTILE_RATE, 64, stop, one)
 
 
 def sockets(base: str, count: int, send: bytes, every: float) -> Callable[[asyncio.Event], Awaitable[None]]:
