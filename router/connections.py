@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import math
 import resource
 import socket
@@ -41,7 +42,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from router.constants import CUT_AT
+from router.constants import CUT_AT, GC_YOUNG_THRESHOLD
 from router.errors import Overloaded
 from router.settings import Settings
 
@@ -312,7 +313,9 @@ def defer_accept(sock: Any, seconds: float) -> bool:
 
 class Server(uvicorn.Server):
     """uvicorn's server; once the app has started, its listening sockets defer silent connections
-    (`defer_accept`, read from the router the lifespan started)."""
+    (`defer_accept`, read from the router the lifespan started), and the process's garbage collector
+    is tuned for serving — here, where the router owns the process, not in the app (which a host
+    application may mount)."""
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -323,6 +326,8 @@ class Server(uvicorn.Server):
         for server in self.servers:
             for sock in server.sockets:
                 defer_accept(sock, router.settings.defer_accept)
+        gc.freeze()  # start-up objects (policy, pools, imports) leave the collector's scans: shorter pauses
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])  # fewer young collections (constants.py)
 
 
 def serve(app: Any, **options: Any) -> None:

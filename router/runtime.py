@@ -8,12 +8,10 @@ only the collaborators they use.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from collections.abc import Coroutine
 from typing import Any
 
-from router.constants import GC_YOUNG_THRESHOLD
 from router.core.adaptive import AdaptiveState
 from router.core.breaker import Breakers
 from router.core.lanes import Choice, Lanes
@@ -100,8 +98,6 @@ class Runtime:
             self.background(watch(self.policy, self.policy.path, on_change=self.apply))
         self.background(self.adaptive.run())
         self.background(self.responses.run())
-        gc.freeze()  # start-up objects (policy, pools, imports) leave the collector's scans: shorter pauses
-        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])  # fewer young collections (constants.py)
         self.ready = True
 
     async def close(self) -> None:

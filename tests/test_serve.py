@@ -306,3 +306,29 @@ async def test_metrics_sum_every_worker(fake, tmp_path: Path) -> None:
             calls = [line for line in text.splitlines() if line.startswith("router_calls_total{")]
             seen.append(sum(float(line.rsplit(" ", 1)[1]) for line in calls))
         assert seen == [40.0] * 8
+
+
+GC_PROBE = """
+import asyncio, gc, sys
+from pathlib import Path
+from router.app import create_app
+from router.settings import Settings
+
+async def main():
+    app = create_app(Settings(policy=Path(sys.argv[1]), reload_policy=False, warm_up=False))
+    async with app.router.lifespan_context(app):
+        print(gc.get_threshold()[0], gc.get_freeze_count() > 0)
+
+asyncio.run(main())
+"""
+
+
+def test_the_app_alone_leaves_the_garbage_collector_alone(tmp_path: Path) -> None:
+    """A host application that mounts the router keeps its own collector settings: `serve`'s server
+    tunes them (router/connections.py `Server`), not the app's start-up."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(policy_text("http://127.0.0.1:9/v1"))
+    out = subprocess.run(
+        [sys.executable, "-c", GC_PROBE, str(policy)], capture_output=True, text=True, timeout=60, cwd=ROOT, check=True
+    )
+    assert out.stdout.split() == ["700", "False"], out.stderr[-2000:]
