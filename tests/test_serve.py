@@ -332,3 +332,31 @@ def test_the_app_alone_leaves_the_garbage_collector_alone(tmp_path: Path) -> Non
         [sys.executable, "-c", GC_PROBE, str(policy)], capture_output=True, text=True, timeout=60, cwd=ROOT, check=True
     )
     assert out.stdout.split() == ["700", "False"], out.stderr[-2000:]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's TCP_DEFER_ACCEPT")
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_silent_connections_never_reach_a_worker(
+    fake, tmp_path: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`serve`'s listening sockets defer connections that send nothing (defer_accept): in one process
+    and in every worker, 20 silent connections are held by the kernel, not by the server (not even
+    for the 0.5 s header timeout); the moment one sends a request, it is served."""
+    args = ["--workers", str(workers), "--store", f"sqlite:///{tmp_path}/s.db"] if workers > 1 else []
+    monkeypatch.setenv("AGENT_ROUTER_HEADER_TIMEOUT", "0.5")
+    async with serve(tmp_path, policy_text(fake.url), *args, "--log-level", "warning") as served:
+        port = int(served.base.rsplit(":", 1)[1])
+        pids = served.workers() or {served.proc.pid}
+        silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(20)]
+        try:
+            await asyncio.sleep(1.5)  # three header timeouts
+            assert sum(established(pid, port) for pid in pids) == 0
+            for reader, _ in silent:
+                with pytest.raises(TimeoutError):  # nothing was answered (no 408): never accepted
+                    await asyncio.wait_for(reader.read(1), 0.01)
+            reader, writer = silent[0]
+            writer.write(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            assert (await asyncio.wait_for(reader.readuntil(b"}"), 5)).startswith(b"HTTP/1.1 200")
+        finally:
+            for _, writer in silent:
+                writer.close()
