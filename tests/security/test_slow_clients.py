@@ -66,6 +66,12 @@ async def closed_with(reader: asyncio.StreamReader, within: float) -> bytes:
         return await reader.read()
 
 
+async def calls_pass(url: str, n: int) -> None:
+    for _ in range(n):
+        answer = await post(url + "/chat/completions", {"model": "auto", "messages": USER})
+        assert answer.status == 200, answer.body
+
+
 @pytest.fixture
 async def proxy(start_fake_, proxy_) -> Any:
     fast = await start_fake_(FakeConfig(seed=1))
@@ -118,9 +124,7 @@ async def test_silent_connections_over_the_cap_make_room_for_real_calls(start_fa
     async with contextlib.AsyncExitStack() as stack:
         silent = [await stack.enter_async_context(raw(proxy.base)) for _ in range(20)]
         await asyncio.sleep(0.1)
-        for _ in range(5):
-            answer = await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER})
-            assert answer.status == 200, answer.body
+        await calls_pass(proxy.url, 5)
         closed = 0
         for reader, _ in silent:
             with contextlib.suppress(TimeoutError):
@@ -140,9 +144,7 @@ async def test_silent_connections_stay_with_the_kernel_and_cost_no_place(start_f
     async with contextlib.AsyncExitStack() as stack:
         silent = [await stack.enter_async_context(raw(proxy.base)) for _ in range(40)]
         await asyncio.sleep(0.2)
-        for _ in range(5):
-            answer = await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER})
-            assert answer.status == 200, answer.body
+        await calls_pass(proxy.url, 5)
         assert await tripped(proxy.base, "connections_evicted") == 0
         assert await tripped(proxy.base, "connections_refused") == 0
         closed = await asyncio.gather(*(closed_with(reader, 6) for reader, _ in silent))
