@@ -196,6 +196,16 @@ ATTACKS: dict[str, Callable[[str], Callable[[asyncio.Event], Awaitable[None]]]] 
     "hostile-schemas": hostile_schemas,
 }
 
+WHAT = {  # each attack in a line, for the report
+    "endless-json": f"{ENDLESS_RATE:g} calls/s (at most 4 at a time) to a tier whose JSON answer never ends",
+    "endless-args": f"{ENDLESS_RATE:g} calls/s (at most 4 at a time), streams whose tool-call arguments never end",
+    "slow-headers": "300 connections sending their headers at 1 byte/s, reconnecting when closed",
+    "silent": "1,100 connections that send nothing (over the open-file limit), reconnecting when closed",
+    "slow-bodies": "520 clients sending their body at 1 byte/s, reconnecting when closed",
+    "abandon": "50 callers to a hanging tier, each call given up after 0.3 s, again and again",
+    "hostile-schemas": f"{HOSTILE_RATE:g} calls/s offering `^(a+)+$` or a pattern too large to compile, alternately",
+}
+
 
 def attacker(name: str, base: str, seconds: float, nice: int) -> None:
     """One attack for `seconds`, in a process of its own (the legitimate agents' loop stays free),

@@ -6,6 +6,7 @@ import os
 import platform
 from dataclasses import dataclass
 
+from bench.abuse_attacks import WHAT
 from bench.abuse_load import CALL_TIMEOUT, Load, Phase
 
 FD_LIMIT = 1024  # the proxy's open-file limit, as in the issue the bench answers
@@ -96,6 +97,10 @@ def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
         "Every attack runs in each setup, one setup after the other:",
         "",
         *(f"- **{run.setup.name}**: {run.setup.text}" for run in runs),
+        "",
+        "The attacks, each from a process of its own (bench/abuse_attacks.py):",
+        "",
+        *(f"- **{name}**: {WHAT[name]}" for name in dict.fromkeys(p.name for p in runs[0].phases if p.name != "quiet")),
         "",
         "| setup | capacity calls/s (closed loops) | its p99 ms | legitimate load |",
         "|---|---:|---:|---|",
