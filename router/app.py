@@ -28,6 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from router import log_output
 from router.api import admin, chat, error_response, messages, responses, responses_ws
 from router.api.access import AccessLog
 from router.errors import NotStarted, RouterError, ShuttingDown, UnknownPath
@@ -80,6 +81,7 @@ class Lifecycle:
             yield {"router": self.router}  # the lifespan state: how router/connections.py finds the router
         finally:
             await self.close()
+            log_output.stop()  # the log's lines waiting are written: the process may end by a signal next
 
 
 class StartOnFirstCall:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import SecretStr
 
-from router.settings import Settings
+from router.settings import Settings, default
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -42,9 +42,13 @@ ENV_PREFIX = "AGENT_ROUTER_"
 FACTORY = "router.serve:app_from_environment"
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # What the format above never shows is not collected for every record (the access log writes one
+def configure_logging(level: str, settings: Settings | None = None) -> None:
+    """The root logger at `level`, to stderr, info lines written in batches (router/log_output.py)."""
+    from router.log_output import configure
+
+    interval = settings.log_flush_interval if settings else default("log_flush_interval")
+    configure(level, interval, settings.log_buffer_bytes if settings else default("log_buffer_bytes"))
+    # What the log's format never shows is not collected for every record (the access log writes one
     # per request): the caller's file and line, thread, process (the logging HOWTO's "Optimization").
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
@@ -55,7 +59,7 @@ def app_from_environment() -> Starlette:
     from router.app import create_app
 
     settings = Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings)
     return create_app(settings)
 
 

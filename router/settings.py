@@ -110,6 +110,11 @@ class Settings(BaseSettings):
     reload_policy: bool = Field(True, description="watch the policy file and reload it on change")
     warm_up: bool = Field(True, description="open upstream connections at start-up")
     log_level: str = "info"
+    # the log's lines to stderr (router/log_output.py): info lines are written in batches, warnings at once
+    log_flush_interval: float = Field(
+        0.5, ge=0, description="seconds an info line may wait to be written with others (0: each at once)"
+    )
+    log_buffer_bytes: int = Field(64 * 1024, ge=0, description="characters of info lines waiting → written at once")
     access_log: bool = Field(True, description="one info line per request: method, path, status, tier, route, ms")
 
 

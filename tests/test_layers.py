@@ -21,7 +21,8 @@ FLOORS: dict[int, tuple[str, ...]] = {
     3: ("router.runtime",),  # what one running proxy owns
     2: ("router.core",),  # the parts the flow uses
     1: ("router.upstream", "router.store", "router.metrics"),  # clients, state, counts
-    0: ("router", "router.settings", "router.constants", "router.errors", "router.policy"),  # the ground
+    0: ("router", "router.settings", "router.constants", "router.errors", "router.policy",
+        "router.log_output"),  # the ground
 }  # fmt: skip
 
 

@@ -14,10 +14,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="A routing pr
 PolicyArg = Annotated[Path, typer.Option("--policy", "-p", help="policy file (YAML)")]
 
 
-def _logging(level: str) -> None:
+def _logging(level: str, settings: Any = None) -> None:
     from router.serve import configure_logging
 
-    configure_logging(level)
+    configure_logging(level, settings)
 
 
 @app.command()
@@ -43,9 +43,9 @@ def serve(
     from router.serve import runner
     from router.settings import Settings
 
-    _logging(log_level)
     flags: dict[str, Any] = {"access_log": access_log} if access_log is not None else {}
     settings = Settings(policy=policy, host=host, port=port, store=store, log_level=log_level, **flags)
+    _logging(log_level, settings)
     try:
         asgi = create_app(settings)
         run = runner(settings, asgi, workers)  # connections.serve(asgi, ...), or N worker processes
