@@ -18,6 +18,10 @@
                         streams still open at 80% of `shutdown_grace` in their API's shape
                         (router/core/open_calls.py); a WebSocket is closed (1012) only after that
 
+A connection that is lost ends the calls in progress on it (`ConnectionCalls` in the request's
+scope, router/core/open_calls.py): a client that goes away cancels its call and upstream call at
+once, without a task per call watching for it.
+
 Every limit that trips counts in `router_limits_tripped{limit}`. A response's head goes out with its
 first body part, in one write (`OneWrite`). The protocols find the router in the lifespan state
 (`{"router": router}`, router/app.py), so they work in every worker process.
@@ -43,6 +47,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from router.constants import CUT_AT, GC_YOUNG_THRESHOLD
+from router.core.open_calls import ConnectionCalls
 from router.errors import Overloaded
 from router.settings import Settings
 
@@ -160,6 +165,7 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
 
     class Guarded(base):  # type: ignore[misc]
         _router: Runtime | None = None
+        _calls: ConnectionCalls | None = None
         _idle: Idle | None = None
         _timer: asyncio.TimerHandle | None = None
         _header_bytes = 0
@@ -169,6 +175,7 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
             self._router = router = _router(self)
             if router is None:
                 return
+            self._calls = ConnectionCalls()
             self._idle = Idle.of(self)
             if len(self.connections) > connection_cap(router.settings) and not self._evict_one():
                 router.metrics.tripped("connections_refused")
@@ -200,6 +207,8 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
             super().on_headers_complete()
             if self.cycle is not None:
                 self.cycle.transport = OneWrite(self.transport, self.loop)
+                if self._calls is not None:  # the calls it admits end when the connection is lost
+                    self.scope[ConnectionCalls.KEY] = self._calls
 
         def on_response_complete(self) -> None:
             if self.cycle is not None and isinstance(self.cycle.transport, OneWrite):
@@ -213,6 +222,8 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
             if self._idle is not None:
                 self._idle.busy(self)
             super().connection_lost(exc)
+            if self._calls is not None:
+                self._calls.lost()
 
         def timeout_keep_alive_handler(self) -> None:
             if self._router is not None and not self.transport.is_closing():

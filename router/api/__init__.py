@@ -6,7 +6,8 @@ where nothing unexpected escapes to the server's logger with a traceback.
 `authorize` checks a client's key, `Admission` is one place among the calls in flight, `observe`
 counts a served call. `admitted` is a call's admission: authorize, read the body (within
 `body_timeout`), and only then take a place in flight; while the call runs, a client that goes
-away cancels it (and so its upstream call) at once (router/core/open_calls.py).
+away cancels it (and so its upstream call) at once (router/core/open_calls.py): the router's server
+protocol says so (`ConnectionCalls`), or under another server a task watching for `http.disconnect`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from router.api import access
+from router.core.open_calls import ConnectionCalls
 from router.errors import BodyTooLarge, ClientGone, Overloaded, RequestTimeout, RouterError, Unauthorized
 from router.upstream.base import Chunk
 
@@ -110,20 +112,34 @@ class Admission:
 
 
 class Admitted(Admission):
-    """An admitted client call with its body, and the watch for its client leaving. The `admitted()`
-    block gives its place back and ends the watch when it ends, unless `to_stream()` handed both to a
-    stream, whose framer releases them when it ends."""
+    """An admitted client call with its body, and the watch for its client leaving (`watching`). The
+    `admitted()` block gives its place back and ends the watch when it ends, unless `to_stream()`
+    handed both to a stream, whose framer releases them when it ends."""
 
-    __slots__ = ("body", "streaming", "watch")
+    __slots__ = ("body", "connection", "streaming", "task", "watch")
 
     def __init__(self, router: Runtime, body: bytes, scope: Scope | None = None) -> None:
         super().__init__(router, scope)
         self.body = body
         self.streaming = False
+        self.task: asyncio.Task[object] | None = None
+        self.connection: ConnectionCalls | None = None
         self.watch: asyncio.Task[None] | None = None
+
+    def watching(self, request: Request, task: asyncio.Task[object]) -> None:
+        """`task` (the call's) is ended when its client goes away: told by the connection, or seen
+        by a task of its own when the server is not the router's (the connection's calls not in scope)."""
+        self.task = task
+        self.connection = request.scope.get(ConnectionCalls.KEY)
+        if self.connection is not None:
+            self.connection.add(task, self.router.open)
+        else:
+            self.watch = asyncio.create_task(_until_gone(request, self.router, task))
 
     def release(self) -> None:
         super().release()
+        if self.connection is not None and self.task is not None:
+            self.connection.discard(self.task)
         if self.watch is not None:
             self.watch.cancel()
 
@@ -143,7 +159,7 @@ async def admitted(request: Request) -> AsyncIterator[Admitted]:
     body = await read_body(request, router)  # before a place is taken: a slow body holds none
     call = Admitted(router, body, request.scope)  # 503 when too many calls are in flight
     with router.open.running() as task:
-        call.watch = asyncio.create_task(_until_gone(request, router, task))
+        call.watching(request, task)
         try:
             yield call
         finally:

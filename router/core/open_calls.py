@@ -1,8 +1,9 @@
 """Calls and streams in progress, so that they can be ended on purpose and end cleanly.
 
-    ClientGone     the client closed its connection while its call ran (router/api/__init__.py
-                   watches for it once the body is in): the call's task is cancelled at once, which
-                   cancels its upstream call; nothing is sent
+    ClientGone     the client closed its connection while its call ran (its connection's
+                   `ConnectionCalls`, told by the server's protocol, router/connections.py; or
+                   router/api/__init__.py's watch once the body is in): the call's task is cancelled
+                   at once, which cancels its upstream call; nothing is sent
     ShuttingDown   SIGTERM: calls and streams still open at 80% of `shutdown_grace` are ended — a
                    call not yet answered gets a 503 in its API's shape, a stream an `error` event or
                    frame and its terminator (the transports' own ending for errors)
@@ -21,7 +22,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TypeVar
 
 from router.constants import CUT_AT
-from router.errors import RouterError, ShuttingDown
+from router.errors import ClientGone, RouterError, ShuttingDown
 from router.metrics import Metrics
 
 log = logging.getLogger("router.api")
@@ -88,3 +89,36 @@ class OpenCalls:
             log.warning("shutting down: ending %d call(s) and stream(s) still open", len(self.tasks))
         for task in list(self.tasks):
             self.end(task, ShuttingDown("The router is shutting down; retry on another instance."), "shutdown_cut")
+
+
+class ConnectionCalls:
+    """The calls in progress on one client connection (`add`ed once admitted, `discard`ed when they
+    end), each ended as ClientGone when the connection is `lost`: the router's server protocol
+    (router/connections.py) tells it, in the request's scope under `KEY`, so that a call needs no
+    task of its own watching for its client to leave."""
+
+    KEY = "router.connection_calls"
+    __slots__ = ("calls", "closed")
+
+    def __init__(self) -> None:
+        self.calls: dict[asyncio.Task[object], OpenCalls] = {}
+        self.closed = False
+
+    def add(self, task: asyncio.Task[object], calls: OpenCalls) -> None:
+        if self.closed:
+            calls.end(task, _gone(), "client_gone")
+        else:
+            self.calls[task] = calls
+
+    def discard(self, task: asyncio.Task[object]) -> None:
+        self.calls.pop(task, None)
+
+    def lost(self) -> None:
+        self.closed = True
+        running, self.calls = self.calls, {}
+        for task, calls in running.items():
+            calls.end(task, _gone(), "client_gone")
+
+
+def _gone() -> ClientGone:
+    return ClientGone("The client closed the connection.")

@@ -23,15 +23,18 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from aiohttp import web
 
+from router.app import create_app
 from router.fake import FakeConfig
+from router.settings import Settings
 from tests.api.helpers import TOOLS, USER, post
-from tests.conftest import policy_text, upstream_app
+from tests.conftest import policy_text, start_uvicorn, stop_uvicorn, upstream_app
 from tests.fault.test_hostile_upstream import tripped
 
 # defer_accept 0: the server itself sees silent connections (the tests of defer_accept turn it on)
@@ -283,6 +286,29 @@ async def test_an_abandoned_call_cancels_its_upstream_call(proxy_, path: str, ex
         after.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await after
+
+
+async def test_under_another_server_an_abandoned_call_cancels_its_upstream_call(tmp_path: Path) -> None:
+    """uvicorn's own protocol (not the router's, which tells a call's connection is lost): the call's
+    own watch sees the client leave."""
+    async with hanging_upstream() as (url, upstream_calls):
+        path = tmp_path / "policy.yaml"
+        path.write_text(policy_text(url, routes="routes:\n  - {name: all, use: fast}\n"))
+        app = create_app(Settings(policy=path, reload_policy=False))
+        server, task, base = await start_uvicorn(app)
+        try:
+            call = asyncio.create_task(post(base + "/v1/chat/completions", {"model": "auto", "messages": USER}))
+            await asyncio.sleep(0.5)
+            assert len(upstream_calls) == 1  # the call hangs upstream
+            call.cancel()  # the client goes away
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+            async with asyncio.timeout(1.0):  # the upstream call is cancelled within a second
+                await upstream_calls[0].wait()
+                await until(lambda: app.state.router.inflight == 0)
+            assert await tripped(base, "client_gone") == 1
+        finally:
+            await stop_uvicorn(server, task)
 
 
 @contextlib.asynccontextmanager
