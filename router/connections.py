@@ -46,7 +46,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from router.constants import CUT_AT, GC_YOUNG_THRESHOLD
+from router.constants import BODY_IN, CUT_AT, GC_YOUNG_THRESHOLD
 from router.core.open_calls import ConnectionCalls
 from router.errors import Overloaded
 from router.settings import Settings
@@ -209,6 +209,11 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
                 self.cycle.transport = OneWrite(self.transport, self.loop)
                 if self._calls is not None:  # the calls it admits end when the connection is lost
                     self.scope[ConnectionCalls.KEY] = self._calls
+
+        def on_message_complete(self) -> None:  # httptools: the request's whole body is buffered
+            super().on_message_complete()
+            if self.cycle is not None and not self.cycle.response_complete:
+                self.scope[BODY_IN] = True
 
         def on_response_complete(self) -> None:
             if self.cycle is not None and isinstance(self.cycle.transport, OneWrite):

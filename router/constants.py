@@ -11,6 +11,9 @@ from __future__ import annotations
 # -- client requests ------------------------------------------------------------------------------
 MAX_DEPTH = 240  # nesting of a request body: orjson encodes 254 levels and the router adds a few (call.py)
 CUT_AT = 0.8  # share of `shutdown_grace` after which calls still open are ended (router/core/open_calls.py)
+# a request scope's key, set by the router's server protocol (connections.py) once the request's whole
+# body is buffered: reading it cannot wait, so it is read without the `body_timeout` timer (api/__init__.py)
+BODY_IN = "router.body_in"
 
 # -- checks and judges (validate.py, verify.py, shadow.py) -----------------------------------------
 MAX_SCHEMAS = 512  # compiled tool schemas kept (LRU): a few agents' tool sets, each compiled once
