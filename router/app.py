@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -102,6 +102,24 @@ class StartOnFirstCall:
                 log.error("the router could not start: %s", reason)
                 return await _refuse(NotStarted("The router could not start; retry shortly."), scope, receive, send)
         await self.app(scope, receive, send)
+
+
+class App(Starlette):
+    """Starlette with the router's own layers (`outer`: the access log, the start on a first call,
+    `Direct`) outside its stack rather than inside its server-error layer: a call `Direct` sends to
+    its handler, which renders every error itself, does not pass that layer (a wrapper of `send` and
+    a frame per message). Requests for everything else go through Starlette's stack as before; an
+    exception that escapes every layer is logged and answered 500 by the server."""
+
+    def __init__(self, *, outer: Sequence[Middleware], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.outer = list(outer)
+
+    def build_middleware_stack(self) -> ASGIApp:
+        app = super().build_middleware_stack()
+        for cls, args, kwargs in reversed(self.outer):
+            app = cls(app, *args, **kwargs)
+        return app
 
 
 class Direct:
@@ -206,11 +224,11 @@ def create_app(
         WebSocketRoute("/responses", responses_ws.connect),
         *admin.routes,
     ]
-    app = Starlette(
+    app = App(
         routes=routes,
         lifespan=lifecycle.lifespan,
         exception_handlers={HTTPException: _http_error},
-        middleware=[
+        outer=[
             *([Middleware(AccessLog)] if settings.access_log else []),
             Middleware(StartOnFirstCall, lifecycle=lifecycle),
             Middleware(Direct, calls=calls),
