@@ -13,7 +13,6 @@ protocol says so (`ConnectionCalls`), or under another server a task watching fo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hmac
 import logging
@@ -151,21 +150,45 @@ class Admitted(Admission):
         return self.router.open.stream(chunks)
 
 
-@contextlib.asynccontextmanager
-async def admitted(request: Request) -> AsyncIterator[Admitted]:
-    """Authorize (401), read the body (413, 408), admit (503 when too many calls are in flight) and
-    count one call; a client that goes away meanwhile cancels the call."""
-    router = router_of(request)
-    authorize(router, request)
-    body = await read_body(request, router)  # before a place is taken: a slow body holds none
-    call = Admitted(router, body, request.scope)  # 503 when too many calls are in flight
-    with router.open.running() as task:
+def admitted(request: Request) -> Admitting:
+    """`async with admitted(request) as call`: authorize (401), read the body (413, 408), admit (503
+    when too many calls are in flight) and count one call; a client that goes away meanwhile cancels
+    the call. The block's end gives the place back unless the call became a stream."""
+    return Admitting(request)
+
+
+class Admitting:
+    """The `admitted()` block (a class: no generator and its wrapper per call, as with
+    `contextlib.asynccontextmanager`). While it runs, its task is one of the calls in progress
+    (`OpenCalls.tasks`, as `OpenCalls.running()`)."""
+
+    __slots__ = ("call", "request", "task")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.call: Admitted | None = None
+        self.task: asyncio.Task[object] | None = None
+
+    async def __aenter__(self) -> Admitted:
+        request = self.request
+        router = router_of(request)
+        authorize(router, request)
+        body = await read_body(request, router)  # before a place is taken: a slow body holds none
+        call = self.call = Admitted(router, body, request.scope)  # 503 when too many calls are in flight
+        task = self.task = asyncio.current_task()
+        assert task is not None
+        router.open.tasks.add(task)
         call.watching(request, task)
+        return call
+
+    async def __aexit__(self, *exc: object) -> None:
+        call, task = self.call, self.task
+        assert call is not None and task is not None
         try:
-            yield call
-        finally:
             if not call.streaming:
                 call.release()
+        finally:
+            call.router.open.tasks.discard(task)
 
 
 async def _until_gone(request: Request, router: Runtime, task: asyncio.Task[object]) -> None:
