@@ -43,6 +43,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
@@ -120,6 +121,27 @@ class Idle:
 def _router(protocol: Any) -> Runtime | None:
     state = getattr(protocol, "app_state", None)
     return state.get("router") if isinstance(state, dict) else None
+
+
+class BodyArrival(asyncio.Event):
+    """A request cycle's wake-up for its app (uvicorn sets it at each part of the body): held back
+    while the body is still arriving in parts smaller than `HIGH_WATER_LIMIT` together, so a body
+    sent a byte at a time wakes the app once when it is in, not once per byte (every route reads
+    the whole body before it starts; its deadline, `body_timeout`, runs in the app meanwhile). The
+    end of the body, a lost connection, an answer, and as much as uvicorn buffers before it pauses
+    reading each wake it at once."""
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: Any) -> None:
+        super().__init__()
+        self._cycle = cycle
+
+    def set(self) -> None:
+        c = self._cycle
+        if c.more_body and not c.disconnected and not c.response_complete and len(c.body) < HIGH_WATER_LIMIT:
+            return
+        super().set()
 
 
 class OneWrite:
@@ -207,6 +229,7 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
             super().on_headers_complete()
             if self.cycle is not None:
                 self.cycle.transport = OneWrite(self.transport, self.loop)
+                self.cycle.message_event = BodyArrival(self.cycle)
                 if self._calls is not None:  # the calls it admits end when the connection is lost
                     self.scope[ConnectionCalls.KEY] = self._calls
 

@@ -230,6 +230,34 @@ async def test_slow_bodies_hold_no_place_in_flight(start_fake_, proxy_) -> None:
     assert proxy.router.inflight == 0
 
 
+@pytest.mark.parametrize("size, part, every", [(200, 10, 0.02), (300_000, 16 * 1024, 0.01)])
+async def test_a_body_that_arrives_in_parts_is_read_whole(proxy, size: int, part: int, every: float) -> None:
+    """The app is woken once the body is in, not per part (`BodyArrival`): a body dripped in small
+    parts, and one larger than uvicorn buffers before it pauses reading (64 KiB), are read whole."""
+    body = orjson.dumps({"model": "auto", "messages": USER, "metadata": {"pad": "x" * size}})
+    head = REQUEST + b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+    async with raw(proxy.base) as (reader, writer):
+        writer.write(head)
+        for i in range(0, len(body), part):
+            writer.write(body[i : i + part])
+            await writer.drain()
+            await asyncio.sleep(every)
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    assert await tripped(proxy.base, "body_timeout") == 0
+
+
+async def test_a_client_that_leaves_mid_body_leaves_nothing_behind(proxy) -> None:
+    async with raw(proxy.base) as (_, writer):
+        writer.write(REQUEST + b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n{")
+        await writer.drain()
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.2)
+    assert proxy.router.inflight == 0 and not proxy.router.open.tasks
+    answer = await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER})
+    assert answer.status == 200
+
+
 ABANDONED = [
     ("chat-json", "/chat/completions", {"tools": TOOLS}),
     ("chat-sse", "/chat/completions", {"tools": TOOLS, "stream": True}),
