@@ -202,9 +202,7 @@ async def run_phase(
     return phase
 
 
-async def main(
-    opts: Options, pyspy: Path | None = None, only: str | None = None, attacks: list[str] | None = None
-) -> str:
+async def main(opts: Options, pyspy: Path | None = None) -> str:
     load0 = load_average()
     work = Path(tempfile.mkdtemp(prefix="agent-router-abuse-"))
     cluster = Cluster(work)
@@ -219,7 +217,7 @@ async def main(
             await wait_healthy(fake, f"http://127.0.0.1:{port}/health", 30)
         (work / "policy.yaml").write_text(policy(ports, work / "state.db"))
         runs: list[Run] = []
-        for setup in setups() if only is None else [s for s in setups() if s.name == only]:
+        for setup in setups() if opts.setup is None else [s for s in setups() if s.name == opts.setup]:
             # a proxy of its own per setup: its breakers start closed (what one setup's attack opened
             # would otherwise still be open, or grown, in the next's)
             port = free_port()
@@ -234,7 +232,7 @@ async def main(
             load = opts.legit(capacity.rate())
             print(f"{setup.name}: capacity {capacity.rate():.0f} calls/s; legitimate load {load.text()}", flush=True)
             run = Run(setup, capacity, load, [])
-            for attack in attacks or ATTACKS:
+            for attack in opts.attacks or ATTACKS:
                 for name, secs in (("quiet", opts.seconds / 2), (attack, opts.seconds)):
                     phase = await run_phase(name, setup, base, load, secs, proxy, fakes, pyspy)
                     cpu = " ".join(f"{k} {v:.2f}" for k, v in phase.cpu.items())
@@ -272,11 +270,13 @@ if __name__ == "__main__":
     parser.add_argument("--attacks", nargs="+", choices=list(ATTACKS), help="these attacks only (default: all)")
     parser.add_argument("--out", type=Path, default=RESULTS / "abuse.md", help="where the report goes")
     args = parser.parse_args()
+    default_out = args.out == RESULTS / "abuse.md"
     options = Options(
         args.seconds, args.clients, args.load, args.rate, args.closed, args.arrivals, args.max_inflight,
-        args.capacity_seconds,
+        args.capacity_seconds, args.setup, tuple(args.attacks or ()),
+        None if default_out else os.path.relpath(args.out, ROOT),
     )  # fmt: skip
-    text = asyncio.run(main(options, args.profile, args.setup, args.attacks))
+    text = asyncio.run(main(options, args.profile))
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")

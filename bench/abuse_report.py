@@ -52,9 +52,15 @@ class Options:
     arrivals: str = "poisson"
     max_inflight: int = 64
     capacity_seconds: float = 5.0
+    setup: str | None = None  # one setup only (default: both)
+    attacks: tuple[str, ...] = ()  # these attacks only (default: all)
+    out: str | None = None  # where the report went, when not the default
 
     def command(self) -> str:
-        flags = [f"--seconds {self.seconds:g}", f"--clients {self.clients}"]
+        flags = [f"--setup {self.setup}"] if self.setup else []
+        flags += [f"--attacks {' '.join(self.attacks)}"] if self.attacks else []
+        flags += [f"--out {self.out}"] if self.out else []
+        flags += [f"--seconds {self.seconds:g}", f"--clients {self.clients}"]
         if not self.closed:
             flags.append(f"--capacity-seconds {self.capacity_seconds:g}")
         if self.closed:
