@@ -40,6 +40,7 @@ import math
 import resource
 import socket
 import sys
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -129,19 +130,20 @@ class BodyArrival(asyncio.Event):
     sent a byte at a time wakes the app once when it is in, not once per byte (every route reads
     the whole body before it starts; its deadline, `body_timeout`, runs in the app meanwhile). The
     end of the body, a lost connection, an answer, and as much as uvicorn buffers before it pauses
-    reading each wake it at once."""
+    reading each wake it at once. The cycle is held weakly: it holds this event, and a reference
+    cycle would leave every request's scope and headers to the garbage collector (pauses of 10 ms
+    and more under load) instead of freeing them when the request ends."""
 
     __slots__ = ("_cycle",)
 
     def __init__(self, cycle: Any) -> None:
         super().__init__()
-        self._cycle = cycle
+        self._cycle = weakref.ref(cycle)
 
     def set(self) -> None:
-        c = self._cycle
-        if c.more_body and not c.disconnected and not c.response_complete and len(c.body) < HIGH_WATER_LIMIT:
-            return
-        super().set()
+        c = self._cycle()
+        if c is None or not c.more_body or c.disconnected or c.response_complete or len(c.body) >= HIGH_WATER_LIMIT:
+            super().set()
 
 
 class OneWrite:

@@ -29,7 +29,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from tenacity import AsyncRetrying, AttemptManager, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
@@ -56,6 +56,7 @@ log = logging.getLogger("router.escalation")
 _REPAIRABLE = frozenset({"invalid_json", "schema_violation", "text_tool_call", "missing_tool_call"})
 
 _backoff = wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.2)
+_retry = retry_if_exception_type(Escalate)  # one for every loop: each refers to itself (a cycle)
 
 
 def _wait(deadline: float, state: RetryCallState) -> float:
@@ -66,16 +67,29 @@ def _wait(deadline: float, state: RetryCallState) -> float:
 
 
 async def _after_first(attempts: AsyncRetrying, first: Escalate) -> AsyncIterator[AttemptManager]:
-    """`attempts`' attempts but its first, which only raises `first` again (tenacity records it)."""
+    """`attempts`' attempts but its first, which only raises `first` again (tenacity records it).
+
+    Once the loop is over, its state lets go of the loop and of the last outcome: tenacity's loop
+    and its state refer to each other, and the exception it raises last refers to both (through
+    its traceback) — cycles that would leave them, and the call's objects in the frames of that
+    traceback, to the garbage collector instead of freeing them at once."""
     replay: Escalate | None = first
     del first
-    async for attempt in attempts:
-        if replay is None:
-            yield attempt
-            continue
-        with attempt:
-            raise replay
-        replay = None  # the outcome is tenacity's now; no reference from this frame to its traceback
+    state: RetryCallState | None = None
+    try:
+        async for attempt in attempts:
+            state = attempt.retry_state
+            if replay is None:
+                yield attempt
+                continue
+            with attempt:
+                raise replay
+            replay = None  # the outcome is tenacity's now; no reference from this frame to its traceback
+    finally:
+        attempts.iter_state.reset()  # the loop's pending actions: its own bound methods
+        if state is not None:
+            state.outcome = None
+            state.retry_object = None  # type: ignore[assignment]
 
 
 class Trace:
@@ -112,7 +126,7 @@ class Trace:
         # refers to itself, a cycle only the garbage collector frees, which would hold the call's
         # trace and body (every dict of it) until the next collection instead of freeing them at once.
         return AsyncRetrying(
-            retry=retry_if_exception_type(Escalate),
+            retry=_retry,
             stop=stop_after_attempt(self.policy.escalation.max_attempts),
             wait=functools.partial(_wait, self.deadline),
             reraise=True,
@@ -260,8 +274,10 @@ class Trace:
         tool = tools.pop()
         return tool if tool in offered else None
 
-    def failed(self, tier: str, exc: UpstreamError) -> NoReturn:
-        """An upstream error: record it, then escalate / retry if allowed, else give up."""
+    def failed(self, tier: str, exc: UpstreamError) -> Escalate | UpstreamError:
+        """An upstream error: record it; what to raise (`raise trace.failed(tier, exc)`): `Escalate`
+        to retry or escalate if allowed, else `exc` itself. Returned rather than raised here: this
+        frame holds `exc`, and in its traceback would make a reference cycle (tests/test_cycles.py)."""
         self.mistakes.append(exc.mistake)
         self.record.attempt(tier, [], [Mistake(exc.mistake)], answered=False)
         client_fault = getattr(exc, "client_fault", False)
@@ -271,8 +287,10 @@ class Trace:
             reason = f"HTTP {exc.upstream_status}" if isinstance(exc, UpstreamStatus) else exc.message
             self.router.breakers.failed(tier, self._breaker(tier), reason)
         if not client_fault and exc.mistake in self.policy.escalation.on and self._may_retry():
-            raise Escalate([exc.mistake], backoff=self._stronger(tier) == tier) from exc
-        raise exc
+            escalate = Escalate([exc.mistake], backoff=self._stronger(tier) == tier)
+            escalate.__cause__ = exc
+            return escalate
+        return exc
 
     def hedge_for(self, tier: str) -> tuple[str, float] | None:
         """(hedge tier, delay) when the route hedges this call's first attempt."""

@@ -150,7 +150,7 @@ async def _reply(router: Runtime, trace: Trace, body: dict[str, Any], tier: str)
         else:
             reply = await upstream.complete(body, trace.deadline)
     except UpstreamError as exc:
-        trace.failed(tier, exc)
+        raise trace.failed(tier, exc)  # noqa: B904 (Escalate's cause is `exc`; `exc` goes as it is)
     except BaseException:
         trace.released(tier)
         raise
@@ -198,7 +198,10 @@ async def _chunks(router: Runtime, trace: Trace, body: dict[str, Any], tier: str
         trace.released(tier)
         raise
     if failure is not None:
-        trace.failed(tier, failure)
+        try:
+            raise trace.failed(tier, failure)
+        finally:
+            del failure  # this frame is in the traceback: holding the exception would make a cycle
     trace.answered(tier)  # a whole answer: the tier's breaker starts counting again (router/core/breaker.py)
     salvage_stream(trace, tier, gate)
     message = gate.message()

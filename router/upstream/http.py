@@ -169,7 +169,7 @@ class PooledHTTP:
                             await self._error_status(resp)
                         raw = await self._body(resp)
         except Exception as exc:
-            self._fail(exc)
+            raise self._failure(exc) from None
         try:
             parsed = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -206,7 +206,7 @@ class PooledHTTP:
                     resp.close()
                 if not isinstance(exc, Exception):
                     raise
-                self._fail(exc)
+                raise self._failure(exc) from None
             try:
                 async with resp:
                     item = first
@@ -220,7 +220,7 @@ class PooledHTTP:
                         yield chunk
                         item = await anext(events, None)
             except Exception as exc:
-                self._fail(exc)
+                raise self._failure(exc) from None
             finally:
                 await events.aclose()
 
@@ -273,21 +273,25 @@ class PooledHTTP:
             raise UpstreamTimeout(f"tier {self.tier!r}: no time left before the call's deadline", tier=self.tier)
         return aiohttp.ClientTimeout(total=min(t.total, remaining), sock_connect=t.connect)
 
-    def _fail(self, exc: BaseException) -> NoReturn:
+    def _failure(self, exc: BaseException) -> UpstreamError:
+        """What a failed call raises (`raise self._failure(exc) from None`): an `UpstreamError` as
+        it is, anything else as the `UpstreamError` it means. Returned rather than raised here: a
+        frame that raises an exception it holds in a local sits in that exception's traceback, a
+        reference cycle that leaves the call's objects to the garbage collector."""
         if isinstance(exc, UpstreamError):
-            raise exc
+            return exc
+        exc.__traceback__ = None  # never shown; its frames (aiohttp's reader holds `exc`) would be a cycle
         if isinstance(exc, Oversized):
             self.limits.tripped(exc.limit)
             what = "an answer" if exc.limit == "upstream_body" else "a stream"
-            message = f"tier {self.tier!r} sent {what} over the limit of {exc.size}"
-            raise UpstreamError(message, tier=self.tier) from None
+            return UpstreamError(f"tier {self.tier!r} sent {what} over the limit of {exc.size}", tier=self.tier)
         if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
-            raise UpstreamTimeout(f"tier {self.tier!r} timed out", tier=self.tier) from None
+            return UpstreamTimeout(f"tier {self.tier!r} timed out", tier=self.tier)
         if isinstance(exc, aiohttp.ClientConnectorError):
-            raise UpstreamError(f"tier {self.tier!r} is unreachable", tier=self.tier) from None
+            return UpstreamError(f"tier {self.tier!r} is unreachable", tier=self.tier)
         if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-            raise UpstreamError(f"tier {self.tier!r} closed the connection", tier=self.tier) from None
-        raise UpstreamError(f"tier {self.tier!r} failed ({type(exc).__name__})", tier=self.tier) from None
+            return UpstreamError(f"tier {self.tier!r} closed the connection", tier=self.tier)
+        return UpstreamError(f"tier {self.tier!r} failed ({type(exc).__name__})", tier=self.tier)
 
     async def _error_status(self, resp: aiohttp.ClientResponse) -> NoReturn:
         raw = await resp.content.read(4096)

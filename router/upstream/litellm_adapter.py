@@ -11,7 +11,7 @@ import asyncio
 import importlib
 import os
 from collections.abc import AsyncIterator
-from typing import Any, NoReturn
+from typing import Any
 
 from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
 from router.policy.model import Tier
@@ -77,26 +77,27 @@ class LitellmUpstream:
             kwargs["api_key"] = self.config.api_key.get_secret_value()
         return kwargs
 
-    def _fail(self, exc: Exception) -> NoReturn:
+    def _failure(self, exc: Exception) -> UpstreamError:
+        """What a failed call raises (`raise self._failure(exc) from None`; returned, not raised
+        here, as in `PooledHTTP._failure`)."""
         if isinstance(exc, UpstreamError):
-            raise exc
+            return exc
         lit = self._litellm
         if isinstance(exc, TimeoutError) or (lit is not None and isinstance(exc, lit.Timeout)):
-            raise UpstreamTimeout(f"tier {self.tier!r} timed out", tier=self.tier) from None
+            return UpstreamTimeout(f"tier {self.tier!r} timed out", tier=self.tier)
         status = getattr(exc, "status_code", None)
         message = upstream_text(str(getattr(exc, "message", "") or ""), self._secrets)
         if isinstance(status, int) and status >= 400:
-            raise UpstreamStatus(
-                f"tier {self.tier!r} answered HTTP {status}: {message}", tier=self.tier, upstream_status=status
-            ) from None
-        raise UpstreamError(f"tier {self.tier!r} failed ({type(exc).__name__})", tier=self.tier) from None
+            message = f"tier {self.tier!r} answered HTTP {status}: {message}"
+            return UpstreamStatus(message, tier=self.tier, upstream_status=status)
+        return UpstreamError(f"tier {self.tier!r} failed ({type(exc).__name__})", tier=self.tier)
 
     async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
         try:
             async with asyncio.timeout(self.config.timeouts.first_token):
                 resp = await self._litellm.acompletion(**self._kwargs(body, deadline, stream=False))
         except Exception as exc:
-            self._fail(exc)
+            raise self._failure(exc) from None
         return Reply(resp.model_dump(exclude_none=True))
 
     async def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
@@ -106,11 +107,11 @@ class LitellmUpstream:
                 chunks = aiter(resp)
                 first = await anext(chunks, None)
         except Exception as exc:
-            self._fail(exc)
+            raise self._failure(exc) from None
         try:
             chunk = first
             while chunk is not None:
                 yield Chunk(chunk.model_dump(exclude_none=True))
                 chunk = await anext(chunks, None)
         except Exception as exc:
-            self._fail(exc)
+            raise self._failure(exc) from None
