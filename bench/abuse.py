@@ -5,8 +5,8 @@ answers) in front of four fake upstreams on loopback: `fast` (healthy, checked, 
 `full`), `full`, `hostile` (every answer endless: a JSON body, or tool-call arguments, that never
 end) and `hanging` (answers after 60 s). Legitimate agents — chat calls with a tool, JSON and SSE
 alternately, keep-alive connections, 10 s timeout each (bench/abuse_load.py) — run through each
-attack, one at a time, `--seconds` each, and through a quiet phase of half as long just before it
-(its reference). The attacks (bench/abuse_attacks.py), each from a process of its own:
+attack, one at a time, `--seconds` each, and through a quiet phase as long just before it (its
+reference: both p99s rest on as many calls). The attacks (bench/abuse_attacks.py), each from a process of its own:
 
     endless-json     20 calls/s (at most 4 at a time) routed (by a header) to `hostile`, JSON: cut at
                      upstream_max_body_bytes, escalated; after 5 cuts in a row the tier's breaker skips
@@ -17,7 +17,7 @@ attack, one at a time, `--seconds` each, and through a quiet phase of half as lo
     silent           1,100 connections that send nothing (more than the open-file limit); with
                      `defer_accept` (on by default) the kernel holds them until they send
     slow-bodies      520 clients sending their body at 1 byte/s
-    abandon          50 callers to `hanging` that give up after 0.3 s, again and again
+    abandon          160 calls/s to `hanging`, each given up after 0.3 s (paced: no lockstep bursts)
     hostile-schemas  100 calls/s offering schemas with `^(a+)+$` (checked in linear time) and a pattern
                      too large to compile (400), alternately: paced, so what is measured is what the
                      schemas cost, not a flood of calls (overload, which no content limit can stop)
@@ -233,8 +233,8 @@ async def main(opts: Options, pyspy: Path | None = None) -> str:
             print(f"{setup.name}: capacity {capacity.rate():.0f} calls/s; legitimate load {load.text()}", flush=True)
             run = Run(setup, capacity, load, [])
             for attack in opts.attacks or ATTACKS:
-                for name, secs in (("quiet", opts.seconds / 2), (attack, opts.seconds)):
-                    phase = await run_phase(name, setup, base, load, secs, proxy, fakes, pyspy)
+                for name in ("quiet", attack):
+                    phase = await run_phase(name, setup, base, load, opts.seconds, proxy, fakes, pyspy)
                     cpu = " ".join(f"{k} {v:.2f}" for k, v in phase.cpu.items())
                     print(f"{setup.name} {name}: {phase.calls} calls, {len(phase.latencies)} ok, "
                           f"p99 {phase.p(99):.1f} ms; cores: {cpu}", flush=True)  # fmt: skip
@@ -254,7 +254,9 @@ async def main(opts: Options, pyspy: Path | None = None) -> str:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=20.0, help="seconds of each attack (quiet phases: half)")
+    parser.add_argument(
+        "--seconds", type=float, default=20.0, help="seconds of each attack (and of the quiet phase before it)",
+    )  # fmt: skip
     parser.add_argument("--clients", type=int, default=4, help="closed loops measuring capacity (and with --closed)")
     parser.add_argument("--load", type=float, default=0.5, help="open-loop rate as a fraction of the capacity measured")
     parser.add_argument("--rate", type=float, default=0.0, help="open-loop rate in calls/s (instead of --load)")

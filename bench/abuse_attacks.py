@@ -18,18 +18,6 @@ import orjson
 from bench.abuse_load import CALL_TIMEOUT, TOOL, USER
 
 
-async def callers(n: int, stop: asyncio.Event, one: Callable[[aiohttp.ClientSession], Awaitable[None]]) -> None:
-    timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-
-        async def loop() -> None:
-            while not stop.is_set():
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                    await one(session)
-
-        await asyncio.gather(*(loop() for _ in range(n)))
-
-
 async def paced(
     rate: float, inflight: int, stop: asyncio.Event, one: Callable[[aiohttp.ClientSession], Awaitable[None]]
 ) -> None:
@@ -77,7 +65,15 @@ def endless(base: str, stream: bool) -> Callable[[asyncio.Event], Awaitable[None
     return lambda stop: paced(ENDLESS_RATE, 4, stop, one)
 
 
+ABANDON_RATE = 160.0  # calls a second given up after 0.3 s: about 50 open at a time
+
+
 def abandon(base: str) -> Callable[[asyncio.Event], Awaitable[None]]:
+    """Calls to the hanging tier given up after 0.3 s, `ABANDON_RATE` a second: paced, as the other
+    attacks made of calls. Fifty callers in lockstep (the figures before) start fifty calls in the
+    same millisecond every 0.3 s: a burst any proxy pays for at once whatever the calls do next, and
+    which no limit on abandoning can tell from fifty agents starting together."""
+
     async def one(session: aiohttp.ClientSession) -> None:
         body = {"model": "auto", "messages": USER}
         with contextlib.suppress(TimeoutError):
@@ -85,7 +81,7 @@ def abandon(base: str) -> Callable[[asyncio.Event], Awaitable[None]]:
                 async with session.post(base + "/v1/chat/completions", json=body, headers={"x-attack": "hang"}) as r:
                     await r.read()
 
-    return lambda stop: callers(50, stop, one)
+    return lambda stop: paced(ABANDON_RATE, 64, stop, one)
 
 
 HOSTILE_RATE = 100.0  # hostile-schema calls a second: about a tenth of one proxy's capacity here
@@ -202,7 +198,7 @@ WHAT = {  # each attack in a line, for the report
     "slow-headers": "300 connections sending their headers at 1 byte/s, reconnecting when closed",
     "silent": "1,100 connections that send nothing (over the open-file limit), reconnecting when closed",
     "slow-bodies": "520 clients sending their body at 1 byte/s, reconnecting when closed",
-    "abandon": "50 callers to a hanging tier, each call given up after 0.3 s, again and again",
+    "abandon": f"{ABANDON_RATE:g} calls/s (at most 64 at a time) to a hanging tier, each given up after 0.3 s",
     "hostile-schemas": f"{HOSTILE_RATE:g} calls/s offering `^(a+)+$` or a pattern too large to compile, alternately",
 }
 

@@ -95,8 +95,9 @@ def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
         f"(default settings, SQLite store, open-file limit {FD_LIMIT}) in front of fake upstreams on loopback; "
         f"{how}. Chat calls with a tool, JSON and SSE alternately, keep-alive, {CALL_TIMEOUT:g} s timeout, "
         f"during each attack ({opts.seconds:g} s; the attack starts 2 s before) and during "
-        f"a quiet phase ({opts.seconds / 2:g} s) just before it, its reference: the machine's other work changes "
-        "over minutes, and one quiet phase at the start is a poor reference for the last attack. Goal: ≥ 99% "
+        "a quiet phase as long just before it, its reference (both p99s rest on as many calls): the "
+        "machine's other work changes over minutes, and one quiet phase at the start is a poor reference "
+        "for the last attack. Goal: ≥ 99% "
         f"success, p99 ≤ 2 x quiet. {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} "
         f"cores shared with other work; load average (1, 5, 15 min) {load0} at the start, {load_average()} at the end.",
         "",
