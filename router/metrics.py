@@ -2,7 +2,9 @@
 
 Counters mirror the stats endpoint (answers and mistakes per tier and route), plus escalations,
 one counter per limit (Envoy-style: what was refused, and why), tiers' breakers (open, openings),
-and latency histograms per tier and route for time-to-first-token and total time.
+and latency histograms per tier and route for time-to-first-token and total time. Also the process's
+standard series (`process_*` CPU, memory and descriptors, `python_gc_*` collections, `python_info`);
+not under `serve --workers N`, whose exposition sums the workers' counters, which these are not.
 """
 
 from __future__ import annotations
@@ -11,7 +13,16 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.multiprocess import MultiProcessCollector
 
 if TYPE_CHECKING:
@@ -25,6 +36,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):  # process_*, python_info, python_gc_*
+            r.register(standard)
         self.answers = Counter("router_answers", "Upstream answers per tier and route", ["tier", "route"], registry=r)
         self.mistakes = Counter(
             "router_mistakes", "Mistakes per tier, route and kind", ["tier", "route", "kind"], registry=r

@@ -1,6 +1,6 @@
 """`GET /metrics`: Prometheus text that parses, with the documented counters after known traffic —
 answers and mistakes per tier/route/kind, client calls by final tier and escalation, latency
-histograms with one observation per served call, and refusals by reason."""
+histograms with one observation per served call, refusals by reason, and the process's own series."""
 
 from __future__ import annotations
 
@@ -236,3 +236,15 @@ async def test_oversized_bodies_are_refused_and_counted(start_fake_: StartFake, 
     # refused calls are not served calls
     assert sum(select(samples, "router_calls_total").values()) == 1.0
     assert sum(select(samples, "router_call_seconds_count").values()) == 1.0
+
+
+async def test_the_process_standard_series_are_there(start_fake_: StartFake, proxy_: StartProxy) -> None:
+    """One process: its CPU, memory, descriptors and the collector's work, as every Python exporter has."""
+    proxy = await _start(start_fake_, proxy_)
+    samples, types = await scrape(proxy)
+    assert types["process_cpu_seconds"] == "counter" and value(samples, "process_cpu_seconds_total") > 0
+    assert value(samples, "process_resident_memory_bytes") > 0 and value(samples, "process_open_fds") > 0
+    assert set(select(samples, "python_gc_collections_total")) == {
+        frozenset({("generation", g)}) for g in ("0", "1", "2")
+    }
+    assert select(samples, "python_info")
