@@ -1,4 +1,4 @@
-"""Abuse: `python -m bench.abuse [--seconds 20] [--load 0.5 | --rate CALLS_PER_S | --closed] [--out PATH]`.
+"""Abuse: `python -m bench.abuse [--seconds 8] [--rounds 3] [--load 0.5 | --rate N | --closed] [--out PATH]`.
 
 One `agent-router serve` per setup (default settings, SQLite store, open-file limit 1,024 as in the issue it
 answers) in front of four fake upstreams on loopback: `fast` (healthy, checked, escalates to
@@ -6,7 +6,8 @@ answers) in front of four fake upstreams on loopback: `fast` (healthy, checked, 
 end) and `hanging` (answers after 60 s). Legitimate agents — chat calls with a tool, JSON and SSE
 alternately, keep-alive connections, 10 s timeout each (bench/abuse_load.py) — run through each
 attack, one at a time, `--seconds` each, and through a quiet phase as long just before it (its
-reference: both p99s rest on as many calls). The attacks (bench/abuse_attacks.py), each from a process of its own:
+reference), `--rounds` times per attack. The attacks (bench/abuse_attacks.py), each from a process
+of its own:
 
     endless-json     20 calls/s (at most 4 at a time) routed (by a header) to `hostile`, JSON: cut at
                      upstream_max_body_bytes, escalated; after 5 cuts in a row the tier's breaker skips
@@ -17,7 +18,7 @@ reference: both p99s rest on as many calls). The attacks (bench/abuse_attacks.py
     silent           1,100 connections that send nothing (more than the open-file limit); with
                      `defer_accept` (on by default) the kernel holds them until they send
     slow-bodies      520 clients sending their body at 1 byte/s
-    abandon          160 calls/s to `hanging`, each given up after 0.3 s (paced: no lockstep bursts)
+    abandon          50 calls/s to `hanging`, each given up after 0.3 s (paced, as the others)
     hostile-schemas  100 calls/s offering schemas with `^(a+)+$` (checked in linear time) and a pattern
                      too large to compile (400), alternately: paced, so what is measured is what the
                      schemas cost, not a flood of calls (overload, which no content limit can stop)
@@ -25,16 +26,21 @@ reference: both p99s rest on as many calls). The attacks (bench/abuse_attacks.py
 The legitimate load is an OPEN loop by default: calls start at a fixed rate (Poisson arrivals, or
 `--arrivals even`), whether or not earlier ones have ended, and each call's latency runs from its
 scheduled start (no coordinated omission); at most `--max-inflight` are open at once. The rate is
-`--load` (default 0.5) x the proxy's capacity, measured at the start of each setup as the calls/s
-that `--clients` closed loops get through in `--capacity-seconds`; or `--rate` calls/s. A proxy in
-production is not run at 100% CPU by its legitimate load; with `--closed`, the agents are
+the one at which the proxy uses `--load` (default 0.5) of a core: at the start of each setup the
+capacity is measured (the calls/s that `--clients` closed loops get through in
+`--capacity-seconds`), then the open loop runs at `--load` x that for as long and its rate is scaled
+by the proxy's CPU there (closed loops share the event loop's wake-ups: an open loop at half their
+rate kept one proxy 60-80% busy); or `--rate` calls/s. A proxy in production is not run at 100% CPU
+by its legitimate load; with `--closed`, the agents are
 `--clients` closed loops instead (the figures before the open loop): they keep the proxy busy, and
 then any CPU an attack costs it shows in their latency one for one.
 
 For each phase: legitimate calls, their success rate, p50 and p99 latency, and p99 against the
-quiet phase (goal: ≥ 99% success, p99 ≤ 2 x quiet), plus the proxy's RSS, what tripped
+quiet phase, plus the proxy's RSS, what tripped
 (router_limits_tripped, and the tiers' breakers opened) and the CPU of each process (the proxy,
-the agents, the attacker, the fakes, everything else). Every phase runs in two setups
+the agents, the attacker, the fakes, everything else). Per attack (goal: ≥ 99% success, p99 ≤ 2 x
+quiet): success over its rounds, and the median over rounds of p99 / the round's quiet p99 — the
+p99 of identical quiet phases moves by 2x within minutes here. Every phase runs in two setups
 (`setups()`): `shared` (every process on every core, as all figures before) and `apart` (the proxy
 on a core of its own, the attacker and hostile fakes niced beside the agents on the other — as if
 on machines of their own), each with a proxy of its own (breakers closed). `--profile PY_SPY`
@@ -47,13 +53,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
+import itertools
+import math
 import multiprocessing
 import os
 import re
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiohttp
@@ -66,6 +75,7 @@ from bench.harness import Cluster, CpuMeter, Proc, free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+WARM_UP = 1.0  # seconds of each phase not counted: the legitimate agents open their connections
 
 
 def policy(ports: dict[str, int], db: Path) -> str:
@@ -161,20 +171,24 @@ async def run_phase(
     fakes: list[Proc],
     pyspy: Path | None = None,
 ) -> Phase:
-    phase = Phase(name)
+    phase = Phase(name, since=math.inf)
     before = await tripped(base)
     attack = None
     watched: list[Proc | Attacker] = [proxy, *fakes]
     if name in ATTACKS:  # it runs on for a moment after the measurement, so its CPU can be read
-        args = (name, base, seconds + 3.0, setup.attacker_nice)
+        args = (name, base, 2.0 + WARM_UP + seconds + 1.0, setup.attacker_nice)
         attack = multiprocessing.get_context("spawn").Process(target=attacker, args=args)
         attack.start()
         assert attack.pid is not None
         watched.append(Attacker("attacker", attack.pid))
         await asyncio.sleep(2.0)  # the attack is under way before measuring
     done = asyncio.Event()
+    gc.collect()
+    gc.freeze()  # this process's collections scan only what the phase allocates: no pauses counted as latency
+    agents = asyncio.create_task(abuse_load.run(base + "/v1/chat/completions", phase, done, load))
+    await asyncio.sleep(WARM_UP)
+    phase.since = asyncio.get_running_loop().time()
     with CpuMeter(watched) as meter:
-        agents = asyncio.create_task(abuse_load.run(base + "/v1/chat/completions", phase, done, load))
         if pyspy is not None:  # diagnosis only: py-spy's sampling costs CPU too
             raw = Path(tempfile.gettempdir()) / f"abuse-profile-{name}.txt"
             code, err = await profile.record(pyspy, proxy.pid, max(1, int(seconds) - 1), "raw", raw)
@@ -229,10 +243,13 @@ async def main(opts: Options, pyspy: Path | None = None) -> str:
             place(setup, proxy, fakes)
             closed = Load(opts.clients)
             capacity = await run_phase("capacity", setup, base, closed, opts.capacity_seconds, proxy, fakes)
-            load = opts.legit(capacity.rate())
+            load, calibration = opts.legit(capacity.rate()), None
+            if load.open and not opts.rate:  # the rate at which the proxy uses `opts.load` of a core
+                calibration = await run_phase("calibration", setup, base, load, opts.capacity_seconds, proxy, fakes)
+                load = replace(load, rate=load.rate * opts.load / calibration.cpu["proxy"])
             print(f"{setup.name}: capacity {capacity.rate():.0f} calls/s; legitimate load {load.text()}", flush=True)
-            run = Run(setup, capacity, load, [])
-            for attack in opts.attacks or ATTACKS:
+            run = Run(setup, capacity, load, [], calibration)
+            for attack, _round in itertools.product(opts.attacks or ATTACKS, range(opts.rounds)):
                 for name in ("quiet", attack):
                     phase = await run_phase(name, setup, base, load, opts.seconds, proxy, fakes, pyspy)
                     cpu = " ".join(f"{k} {v:.2f}" for k, v in phase.cpu.items())
@@ -255,10 +272,11 @@ async def main(opts: Options, pyspy: Path | None = None) -> str:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--seconds", type=float, default=20.0, help="seconds of each attack (and of the quiet phase before it)",
+        "--seconds", type=float, default=8.0, help="seconds of each attack (and of the quiet phase before it)",
     )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3, help="quiet + attack rounds per attack")
     parser.add_argument("--clients", type=int, default=4, help="closed loops measuring capacity (and with --closed)")
-    parser.add_argument("--load", type=float, default=0.5, help="open-loop rate as a fraction of the capacity measured")
+    parser.add_argument("--load", type=float, default=0.5, help="open loop: share of a core the proxy is to use")
     parser.add_argument("--rate", type=float, default=0.0, help="open-loop rate in calls/s (instead of --load)")
     parser.add_argument("--arrivals", choices=("poisson", "even"), default="poisson", help="open-loop arrivals")
     parser.add_argument("--max-inflight", type=int, default=64, help="open loop: calls open at once, at most")
@@ -274,9 +292,10 @@ if __name__ == "__main__":
     args = parser.parse_args()
     default_out = args.out == RESULTS / "abuse.md"
     options = Options(
-        args.seconds, args.clients, args.load, args.rate, args.closed, args.arrivals, args.max_inflight,
-        args.capacity_seconds, args.setup, tuple(args.attacks or ()),
-        None if default_out else os.path.relpath(args.out, ROOT),
+        seconds=args.seconds, rounds=args.rounds, clients=args.clients, load=args.load, rate=args.rate,
+        closed=args.closed, arrivals=args.arrivals, max_inflight=args.max_inflight,
+        capacity_seconds=args.capacity_seconds, setup=args.setup, attacks=tuple(args.attacks or ()),
+        out=None if default_out else os.path.relpath(args.out, ROOT),
     )  # fmt: skip
     text = asyncio.run(main(options, args.profile))
     print(text)

@@ -11,7 +11,9 @@ Two ways to call (`Load`):
   take, which is how `capacity()` measures it; as the load of a phase, every CPU-millisecond an
   attack costs the proxy then shows up in the legitimate calls' latency one for one.
 
-Every call has a `CALL_TIMEOUT`; keep-alive connections, at most `max_inflight` of them.
+Every call has a `CALL_TIMEOUT`; keep-alive connections, at most `max_inflight` of them. Calls
+scheduled before a phase's `since` (its warm-up, while the connections are opened) are made but
+not counted.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class Phase:
     cpu: dict[str, float] = field(default_factory=dict)  # cores on average: proxy, agents, attacker, fakes, others
     profile: list[str] = field(default_factory=list)  # markdown (--profile)
     wall: float = 0.0  # seconds measured
+    since: float = 0.0  # the loop time from which calls are counted (those scheduled earlier: warm-up)
 
     def ms_per_call(self) -> float:
         """The proxy's CPU per legitimate call served (ms)."""
@@ -98,6 +101,8 @@ async def call(session: aiohttp.ClientSession, url: str, phase: Phase, stream: b
         why = f"HTTP {r.status}" if r.status != 200 else "stream without [DONE]"
     except (aiohttp.ClientError, TimeoutError) as exc:
         ok, why = False, type(exc).__name__
+    if scheduled < phase.since:
+        return  # warm-up
     if ok:
         phase.latencies.append(loop.time() - scheduled)
     else:
@@ -129,7 +134,8 @@ async def opened(session: aiohttp.ClientSession, url: str, phase: Phase, stop: a
             break
         i += 1
         if len(tasks) >= load.max_inflight:
-            phase.fail(OVER_INFLIGHT)
+            if at >= phase.since:
+                phase.fail(OVER_INFLIGHT)
             continue
         task = asyncio.create_task(call(session, url, phase, i % 2 == 0, at))
         tasks.add(task)

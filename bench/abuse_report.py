@@ -26,9 +26,49 @@ class Setup:
 
 def ratio(ph: Phase, quiet: Phase) -> tuple[float, float, bool]:
     """Success %, p99 / quiet p99, and whether the goal is met."""
-    rate = 100 * len(ph.latencies) / ph.calls if ph.calls else 0.0
+    rate = success(ph)
     r = ph.p(99) / quiet.p(99)
     return rate, r, rate >= 99 and r <= 2
+
+
+def success(*phases: Phase) -> float:
+    """Legitimate calls that succeeded, % of all started in `phases`."""
+    calls = sum(ph.calls for ph in phases)
+    return 100 * sum(len(ph.latencies) for ph in phases) / calls if calls else 0.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One attack over its rounds: success over all its phases; the median over rounds of p99 / the
+    round's quiet p99 (robust to one round disturbed by the machine's other work), and its range."""
+
+    attack: str
+    success: float
+    ratios: list[float]
+    quiet99: list[float]
+    attack99: list[float]
+
+    @property
+    def median(self) -> float:
+        xs = sorted(self.ratios)
+        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+
+    @property
+    def met(self) -> bool:
+        return self.success >= 99 and self.median <= 2
+
+
+def verdicts(phases: list[Phase]) -> list[Verdict]:
+    """Per attack, in order, from phases that alternate quiet, attack (one pair per round)."""
+    pairs: dict[str, list[tuple[Phase, Phase]]] = {}
+    for i in range(1, len(phases), 2):
+        pairs.setdefault(phases[i].name, []).append((phases[i - 1], phases[i]))
+    out = []
+    for name, ps in pairs.items():
+        quiet, attack = [q.p(99) for q, _ in ps], [a.p(99) for _, a in ps]
+        ratios = [a / q for q, a in zip(quiet, attack, strict=True)]
+        out.append(Verdict(name, success(*(a for _, a in ps)), ratios, quiet, attack))
+    return out
 
 
 @dataclass
@@ -40,13 +80,15 @@ class Run:
     capacity: Phase
     load: Load
     phases: list[Phase]
+    calibration: Phase | None = None  # the open loop at load x capacity, whose proxy CPU set the rate
 
 
 @dataclass(frozen=True)
 class Options:
-    seconds: float = 20.0
+    seconds: float = 8.0
+    rounds: int = 3  # quiet + attack pairs per attack
     clients: int = 4  # closed loops: the capacity measurement, and the load with `closed`
-    load: float = 0.5  # the open loop's rate, as a fraction of the capacity measured
+    load: float = 0.5  # the open loop: the share of one core the proxy is to use (its rate calibrated)
     rate: float = 0.0  # the open loop's rate in calls/s (0: `load` x the capacity)
     closed: bool = False  # the legitimate load as closed loops (the figures before the open loop)
     arrivals: str = "poisson"
@@ -60,7 +102,7 @@ class Options:
         flags = [f"--setup {self.setup}"] if self.setup else []
         flags += [f"--attacks {' '.join(self.attacks)}"] if self.attacks else []
         flags += [f"--out {self.out}"] if self.out else []
-        flags += [f"--seconds {self.seconds:g}", f"--clients {self.clients}"]
+        flags += [f"--seconds {self.seconds:g}", f"--rounds {self.rounds}", f"--clients {self.clients}"]
         if not self.closed:
             flags.append(f"--capacity-seconds {self.capacity_seconds:g}")
         if self.closed:
@@ -82,11 +124,18 @@ def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
         if opts.closed
         else "legitimate agents in an open loop: calls start at a fixed rate "
         f"({opts.arrivals} arrivals), whether or not earlier ones have ended, "
-        + (f"{opts.rate:g} calls/s" if opts.rate else f"{opts.load:g} x the proxy's capacity")
-        + f", at most {opts.max_inflight} in flight (an arrival beyond counts as a failure), each call's latency "
-        "from its scheduled start (no coordinated omission). The capacity is measured first in each setup: "
-        f"{opts.clients} closed loops for {opts.capacity_seconds:g} s, the calls/s they get through "
-        "(a proxy in production is not run at 100% CPU by its legitimate load)"
+        + (
+            f"{opts.rate:g} calls/s"
+            if opts.rate
+            else f"the rate at which the proxy uses {opts.load:g} of a core (a proxy in production is not run at "
+            "100% CPU by its legitimate load). In each setup, the capacity is measured first "
+            f"({opts.clients} closed loops for {opts.capacity_seconds:g} s, the calls/s they get through), then "
+            f"the open loop runs at {opts.load:g} x that capacity for {opts.capacity_seconds:g} s and its rate is "
+            "scaled by the proxy's CPU there: an open loop costs more CPU per call than closed loops, whose "
+            "calls share the event loop's wake-ups"
+        )
+        + f"; at most {opts.max_inflight} in flight (an arrival beyond counts as a failure), each call's latency "
+        "from its scheduled start (no coordinated omission)"
     )
     lines = [
         "# Abuse: legitimate calls while the proxy is attacked",
@@ -94,10 +143,12 @@ def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
         f"`{opts.command()}` ({took:.0f} s in all): one `agent-router serve` per setup "
         f"(default settings, SQLite store, open-file limit {FD_LIMIT}) in front of fake upstreams on loopback; "
         f"{how}. Chat calls with a tool, JSON and SSE alternately, keep-alive, {CALL_TIMEOUT:g} s timeout, "
-        f"during each attack ({opts.seconds:g} s; the attack starts 2 s before) and during "
-        "a quiet phase as long just before it, its reference (both p99s rest on as many calls): the "
-        "machine's other work changes over minutes, and one quiet phase at the start is a poor reference "
-        "for the last attack. Goal: ≥ 99% "
+        f"during each attack ({opts.seconds:g} s; the attack starts 3 s before, the agents 1 s before: their first "
+        "second, while they open their connections, is not counted) and during a quiet phase as long "
+        f"just before it, its reference; {opts.rounds} such rounds per attack. Judged per attack: success over "
+        "its rounds, and the median over rounds of p99 / the round's quiet p99 — the p99 of identical quiet "
+        "phases moves by 2x and more within minutes on this machine (its other work, the scheduler), so one "
+        "pair cannot tell an attack's cost from that. Goal: ≥ 99% "
         f"success, p99 ≤ 2 x quiet. {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} "
         f"cores shared with other work; load average (1, 5, 15 min) {load0} at the start, {load_average()} at the end.",
         "",
@@ -109,22 +160,30 @@ def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
         "",
         *(f"- **{name}**: {WHAT[name]}" for name in dict.fromkeys(p.name for p in runs[0].phases if p.name != "quiet")),
         "",
-        "| setup | capacity calls/s (closed loops) | its p99 ms | legitimate load |",
-        "|---|---:|---:|---|",
-        *(f"| {r.setup.name} | {r.capacity.rate():.0f} | {r.capacity.p(99):.1f} | {r.load.text()} |" for r in runs),
+        "| setup | capacity calls/s (closed loops) | its p99 ms | open loop at that x load: proxy cores "
+        "| legitimate load |",
+        "|---|---:|---:|---:|---|",
+        *(
+            f"| {r.setup.name} | {r.capacity.rate():.0f} | {r.capacity.p(99):.1f} | "
+            f"{r.calibration.cpu['proxy'] if r.calibration else float('nan'):.2f} | {r.load.text()} |"
+            for r in runs
+        ),
         "",
         "| attack | "
-        + " | ".join(f"{r.setup.name}: success | quiet p99 ms | p99 ms | x quiet | goal" for r in runs)
+        + " | ".join(f"{r.setup.name}: success | quiet p99 ms | p99 ms | x quiet (median, range) | goal" for r in runs)
         + " |",
         "|---|" + "---:|---:|---:|---:|---|" * len(runs),
     ]
-    for i in range(1, len(runs[0].phases), 2):
+    by_attack = [verdicts(run.phases) for run in runs]
+    for i, first in enumerate(by_attack[0]):
         cells = []
-        for run in runs:
-            ph, quiet = run.phases[i], run.phases[i - 1]
-            rate, r, ok = ratio(ph, quiet)
-            cells.append(f"{rate:.2f}% | {quiet.p(99):.1f} | {ph.p(99):.1f} | {r:.2f} | {'PASS' if ok else 'MISS'}")
-        lines.append(f"| {runs[0].phases[i].name} | " + " | ".join(cells) + " |")
+        for vs in by_attack:
+            v = vs[i]
+            quiet, attack = (" / ".join(f"{x:.1f}" for x in xs) for xs in (v.quiet99, v.attack99))
+            spread = f"{min(v.ratios):.2f} to {max(v.ratios):.2f}"
+            goal = "PASS" if v.met else "MISS"
+            cells.append(f"{v.success:.2f}% | {quiet} | {attack} | {v.median:.2f} ({spread}) | {goal}")
+        lines.append(f"| {first.attack} | " + " | ".join(cells) + " |")
     for run in runs:
         setup, phases = run.setup, run.phases
         quiet99 = sorted(ph.p(99) for ph in phases[::2])
@@ -146,7 +205,7 @@ def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
             "traffic, which no process is charged for). `proxy ms / call`: the proxy's CPU over the legitimate "
             "calls it served; `attack in proxy`: the proxy's CPU less what its legitimate calls cost at the rate "
             "of the quiet phase before — what the attack costs the proxy; `ms / trip`: that cost per limit "
-            "tripped (the attack runs about 3 s longer than the measurement: an estimate), which does not depend "
+            "tripped (the attack runs about 4 s longer than the measurement: an estimate), which does not depend "
             "on how fast the attacker could go.",
             "",
             "| phase | proxy | agents | attacker | fakes | others | proxy ms / call | attack in proxy | ms / trip |",
@@ -157,7 +216,7 @@ def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
             trips = ", ".join(f"{k} {v:.0f}" for k, v in sorted(ph.tripped.items()) if k != "idle_closed") or "—"
             judged, attack, per_trip = "— | —", "—", "—"
             if i % 2 == 0:
-                rate = 100 * len(ph.latencies) / ph.calls if ph.calls else 0.0
+                rate = success(ph)
             else:
                 rate, r, ok = ratio(ph, phases[i - 1])
                 judged = f"{r:.2f} | {'PASS' if ok else 'MISS'}"
@@ -165,7 +224,7 @@ def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
                 attack = f"{cost:.2f}"
                 count = sum(v for k, v in ph.tripped.items() if k != "idle_closed" and not k.startswith(OPENED))
                 if count:
-                    per_trip = f"{1000 * cost * (ph.wall + 3) / count:.2f}"
+                    per_trip = f"{1000 * cost * (ph.wall + 4) / count:.2f}"
             lines.append(
                 f"| {ph.name} | {ph.calls} | {ph.rate():.0f} | {rate:.2f}% | {ph.p(50):.1f} | {ph.p(99):.1f} | "
                 f"{judged} | {ph.rss:.0f} | {trips} |"
