@@ -105,8 +105,11 @@ class PooledHTTP:
         async def one() -> bool:
             try:
                 async with self._session.get(self.warm_url, timeout=timeout) as resp:  # type: ignore[union-attr]
-                    await resp.read()
+                    await self._body(resp)  # bounded as an answer is: a server's list of models may not be
                     return resp.status < 500
+            except Oversized as exc:
+                self.limits.tripped(exc.limit)
+                return False
             except (aiohttp.ClientError, TimeoutError, ValueError):
                 return False
 

@@ -152,6 +152,34 @@ async def test_many_small_events_at_once_are_not_one_big_event(proxy_) -> None:
         assert await tripped(proxy.base, "upstream_body") == 0
 
 
+async def test_an_endless_model_list_at_warm_up_is_bounded(start_fake_, proxy_) -> None:
+    """The warm-up's GET /v1/models is read under the same bound as an answer: a server whose list
+    never ends is cut there (counted), not read into memory until the warm-up's timeout."""
+    from aiohttp import web
+
+    from tests.conftest import serve_app
+
+    async def models(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        await resp.write(b'{"object": "list", "data": [')
+        try:
+            while True:
+                await resp.write(b'{"id": "m", "object": "model"}, ' * 2048)
+                await asyncio.sleep(0)
+        except (ConnectionError, RuntimeError):
+            return resp
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    async with serve_app(app) as url:
+        fast = await start_fake_(FakeConfig(seed=1))
+        policy = policy_text(fast.url).replace(f"api_base: {fast.url}", f"api_base: {url}", 1)
+        async with asyncio.timeout(3):  # the warm-up's own timeout is connect + 2 s
+            proxy = await proxy_(policy, **LIMITS)
+        assert await tripped(proxy.base, "upstream_body") >= 1
+
+
 @pytest.mark.timeout(30)
 def test_the_gate_joins_long_arguments_in_linear_time() -> None:
     """40,000 argument deltas of 1,000 characters (40 MB): joined once, this takes well under a
