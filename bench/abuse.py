@@ -36,14 +36,14 @@ by its legitimate load; with `--closed`, the agents are
 then any CPU an attack costs it shows in their latency one for one.
 
 For each phase: legitimate calls, their success rate, p50 and p99 latency, and p99 against the
-quiet phase, plus the proxy's RSS, what tripped
-(router_limits_tripped, and the tiers' breakers opened) and the CPU of each process (the proxy,
-the agents, the attacker, the fakes, everything else). Per attack (goal: ≥ 99% success, p99 ≤ 2 x
-quiet): success over its rounds, and the median over rounds of p99 / the round's quiet p99 — the
-p99 of identical quiet phases moves by 2x within minutes here. Every phase runs in two setups
-(`setups()`): `shared` (every process on every core, as all figures before) and `apart` (the proxy
-on a core of its own, the attacker and hostile fakes niced beside the agents on the other — as if
-on machines of their own), each with a proxy of its own (breakers closed). `--profile PY_SPY`
+quiet phase, plus the proxy's RSS, what tripped (router_limits_tripped, and the tiers' breakers
+opened) and the CPU of each process (the proxy, the agents, the attacker, the fakes, everything
+else). Per attack (goal: ≥ 99% success, p99 ≤ 2 x quiet): success over its rounds, and the p99 of
+all its rounds' calls against that of all their quiet phases' — a stall of the machine now and
+then decides one phase's p99, not a pooled one. Every phase runs in two setups (`setups()`):
+`shared` (every process on every core, as all figures before) and `apart` (the proxy on a core of
+its own, the attacker and hostile fakes niced beside the agents on the other — as if on machines
+of their own), each with a proxy of its own (breakers closed). `--profile PY_SPY`
 records the proxy in each phase (diagnosis). Bounded in time and count; loopback only. Writes
 bench/results/abuse.md (or `--out`).
 """

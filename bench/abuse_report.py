@@ -11,6 +11,7 @@ from bench.abuse_load import CALL_TIMEOUT, Load, Phase
 
 FD_LIMIT = 1024  # the proxy's open-file limit, as in the issue the bench answers
 OPENED = "opened:"  # a tier's breaker opened (not a limit: left out of the count per trip)
+COLUMNS = "quiet p99 ms (per round) | p99 ms (per round) | x quiet | goal"
 
 
 @dataclass(frozen=True)
@@ -39,23 +40,24 @@ def success(*phases: Phase) -> float:
 
 @dataclass(frozen=True)
 class Verdict:
-    """One attack over its rounds: success over all its phases; the median over rounds of p99 / the
-    round's quiet p99 (robust to one round disturbed by the machine's other work), and its range."""
+    """One attack over its rounds: success over all its phases, and the p99 of all its rounds' calls
+    against the p99 of all their quiet phases' calls (pooled: a stall of the machine in one phase
+    moves a pooled p99 by a third as much as that phase's own); per round, each phase's p99."""
 
     attack: str
     success: float
-    ratios: list[float]
-    quiet99: list[float]
+    quiet_p99: float  # pooled over the rounds' quiet phases
+    attack_p99: float  # pooled over the rounds' attack phases
+    quiet99: list[float]  # per round
     attack99: list[float]
 
     @property
-    def median(self) -> float:
-        xs = sorted(self.ratios)
-        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+    def ratio(self) -> float:
+        return self.attack_p99 / self.quiet_p99
 
     @property
     def met(self) -> bool:
-        return self.success >= 99 and self.median <= 2
+        return self.success >= 99 and self.ratio <= 2
 
 
 def verdicts(phases: list[Phase]) -> list[Verdict]:
@@ -65,9 +67,12 @@ def verdicts(phases: list[Phase]) -> list[Verdict]:
         pairs.setdefault(phases[i].name, []).append((phases[i - 1], phases[i]))
     out = []
     for name, ps in pairs.items():
-        quiet, attack = [q.p(99) for q, _ in ps], [a.p(99) for _, a in ps]
-        ratios = [a / q for q, a in zip(quiet, attack, strict=True)]
-        out.append(Verdict(name, success(*(a for _, a in ps)), ratios, quiet, attack))
+        quiet, attack = Phase("quiet"), Phase(name)
+        for q, a in ps:
+            quiet.latencies += q.latencies
+            attack.latencies += a.latencies
+        per_round = [q.p(99) for q, _ in ps], [a.p(99) for _, a in ps]
+        out.append(Verdict(name, success(*(a for _, a in ps)), quiet.p(99), attack.p(99), *per_round))
     return out
 
 
@@ -145,10 +150,11 @@ def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
         f"{how}. Chat calls with a tool, JSON and SSE alternately, keep-alive, {CALL_TIMEOUT:g} s timeout, "
         f"during each attack ({opts.seconds:g} s; the attack starts 3 s before, the agents 1 s before: their first "
         "second, while they open their connections, is not counted) and during a quiet phase as long "
-        f"just before it, its reference; {opts.rounds} such rounds per attack. Judged per attack: success over "
-        "its rounds, and the median over rounds of p99 / the round's quiet p99 — the p99 of identical quiet "
-        "phases moves by 2x and more within minutes on this machine (its other work, the scheduler), so one "
-        "pair cannot tell an attack's cost from that. Goal: ≥ 99% "
+        f"just before it, its reference; {opts.rounds} such rounds per attack, interleaved. Judged per attack: "
+        "success over its rounds, and the p99 of all its rounds' calls against the p99 of all their quiet "
+        "phases' calls — on this machine a phase now and then has a stall of 50-150 ms that no process "
+        "accounts for (the p99 of identical quiet phases moved from 8 to 146 ms in one run), which decides "
+        "one phase's p99 but moves a pooled one by a third as much. Goal: ≥ 99% "
         f"success, p99 ≤ 2 x quiet. {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} "
         f"cores shared with other work; load average (1, 5, 15 min) {load0} at the start, {load_average()} at the end.",
         "",
@@ -170,7 +176,7 @@ def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
         ),
         "",
         "| attack | "
-        + " | ".join(f"{r.setup.name}: success | quiet p99 ms | p99 ms | x quiet (median, range) | goal" for r in runs)
+        + " | ".join(f"{r.setup.name}: success | {COLUMNS}" for r in runs)
         + " |",
         "|---|" + "---:|---:|---:|---:|---|" * len(runs),
     ]
@@ -180,9 +186,9 @@ def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
         for vs in by_attack:
             v = vs[i]
             quiet, attack = (" / ".join(f"{x:.1f}" for x in xs) for xs in (v.quiet99, v.attack99))
-            spread = f"{min(v.ratios):.2f} to {max(v.ratios):.2f}"
             goal = "PASS" if v.met else "MISS"
-            cells.append(f"{v.success:.2f}% | {quiet} | {attack} | {v.median:.2f} ({spread}) | {goal}")
+            p99s = f"{v.quiet_p99:.1f} ({quiet}) | {v.attack_p99:.1f} ({attack})"
+            cells.append(f"{v.success:.2f}% | {p99s} | {v.ratio:.2f} | {goal}")
         lines.append(f"| {first.attack} | " + " | ".join(cells) + " |")
     for run in runs:
         setup, phases = run.setup, run.phases
