@@ -114,7 +114,7 @@ class Trace:
         self._native: dict[str, bool] = {}  # tier → its latest attempt got the client's own request
         self._repair_tool: str | None = None
         self._repaired_on: set[str] = set()  # tiers that had their one repair
-        self._route = next((r for r in policy.routes if r.name == decision.route), None)
+        self.route_spec = next((r for r in policy.routes if r.name == decision.route), None)  # None: no route matched
         self.admitted: tuple[Any, ToolSet] | None = None  # the offered tools and the validator's reading of them
         loop = asyncio.get_running_loop()
         self.started = loop.time()
@@ -151,7 +151,7 @@ class Trace:
         if last is not None and self.tier != last:
             self.record.escalated(last)
         self.tried.append(self.tier)
-        spec = self._route.verify if self._route else None
+        spec = self.route_spec.verify if self.route_spec else None
         if spec is not None and spec.kind == "logprobs" and self.verifiable(self.tier) and not self.call.stream:
             body = {**body, "logprobs": True}
         return self.tier, body
@@ -241,7 +241,7 @@ class Trace:
 
     async def verify(self, tier: str, body: Mapping[str, Any], choice: Mapping[str, Any]) -> None:
         """Run the route's verifier on a well-formed call of a checked tier; escalate on rejection."""
-        spec = self._route.verify if self._route else None
+        spec = self.route_spec.verify if self.route_spec else None
         message = choice.get("message") or {}
         if spec is None or not self.verifiable(tier) or not message.get("tool_calls"):
             return
@@ -265,7 +265,8 @@ class Trace:
     def _repairable(self, tier: str, found: Sequence[Mistake]) -> str | None:
         """The one offered tool the answer fumbled, if this tier may be repaired: once per tier, on
         a route that asks for it, or on the chain's last tier (where the next try is the same tier)."""
-        if tier in self._repaired_on or not ((self._route and self._route.repair) or self._stronger(tier) == tier):
+        route = self.route_spec
+        if tier in self._repaired_on or not ((route and route.repair) or self._stronger(tier) == tier):
             return None
         tools = {m.tool for m in found if m.kind in _REPAIRABLE and m.tool}
         offered = self.call.features.tool_names
@@ -294,7 +295,7 @@ class Trace:
 
     def hedge_for(self, tier: str) -> tuple[str, float] | None:
         """(hedge tier, delay) when the route hedges this call's first attempt."""
-        hedge = self._route.hedge if self._route else None
+        hedge = self.route_spec.hedge if self.route_spec else None
         if hedge is None or len(self.tried) != 1:
             return None
         other = hedge.tier or self._stronger(tier)

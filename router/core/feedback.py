@@ -32,7 +32,8 @@ async def sticky_tier(store: Store, metrics: Metrics, call: Call, policy: Policy
     """Record newly reported failures, then say whether this call must go to a stronger tier."""
     rules = policy.escalation.after_agent_error
     sticky = rules.sticky_calls if policy.escalation.chain else 0
-    failed = [fid async for fid in _failed_calls(store, call, rules)]
+    turn = _newest_turn(call.body.get("messages") or ())
+    failed = [fid async for fid in _failed_calls(store, call, rules, *turn)] if turn[0] else []
     if failed:
         s = call.session
         store.record(
@@ -56,11 +57,16 @@ async def sticky_tier(store: Store, metrics: Metrics, call: Call, policy: Policy
     return tier if tier in policy.models else None
 
 
-async def _failed_calls(store: Store, call: Call, rules: AfterAgentError) -> AsyncIterator[RoutedCall]:
+async def _failed_calls(
+    store: Store,
+    call: Call,
+    rules: AfterAgentError,
+    results: list[dict[str, Any]],
+    assistant: dict[str, Any] | None,
+    earlier: list[dict[str, Any]],
+) -> AsyncIterator[RoutedCall]:
+    """The routed calls the newest turn's tool results (and a repeated call) say failed."""
     messages = call.body.get("messages") or ()
-    results, assistant, earlier = _newest_turn(messages)
-    if not results:
-        return
     for result in results:
         if str(result.get("tool_call_id")) in call.reported_errors or _reports_failure(result, rules):
             routed = await store.routed_take(call.session, str(result.get("tool_call_id")))

@@ -125,8 +125,7 @@ def salvaged_message(
 
 
 def _enabled(trace: Trace) -> bool:
-    route = next((r for r in trace.policy.routes if r.name == trace.route), None)
-    return route is None or route.salvage
+    return trace.route_spec is None or trace.route_spec.salvage
 
 
 def _salvage(trace: Trace, tier: str, message: Mapping[str, Any]) -> dict[str, Any] | None:
