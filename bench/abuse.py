@@ -185,16 +185,17 @@ async def run_phase(
     done = asyncio.Event()
     gc.collect()
     gc.freeze()  # this process's collections scan only what the phase allocates: no pauses counted as latency
+    meter = CpuMeter(watched)  # its scan of /proc before the agents start: it holds this process's loop
     agents = asyncio.create_task(abuse_load.run(base + "/v1/chat/completions", phase, done, load))
     await asyncio.sleep(WARM_UP)
     phase.since = asyncio.get_running_loop().time()
-    with CpuMeter(watched) as meter:
+    with meter:
         if pyspy is not None:  # diagnosis only: py-spy's sampling costs CPU too
             raw = Path(tempfile.gettempdir()) / f"abuse-profile-{name}.txt"
             code, err = await profile.record(pyspy, proxy.pid, max(1, int(seconds) - 1), "raw", raw)
             phase.profile = profile.summarize(raw, top=12) if code == 0 else [f"py-spy failed: {err[-300:]}"]
         await asyncio.sleep(seconds - (time.monotonic() - meter.started))
-        phase.rss = proxy.rss_mib()
+        phase.rss = proxy.rss_mib(tree=False)  # one process (`exec`): no scan of /proc
     done.set()
     await agents
     phase.wall = meter.wall

@@ -63,9 +63,10 @@ class Proc:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def rss_mib(self) -> float:
-        """Resident memory of the process and all its descendants (MiB), from /proc."""
-        return sum(_vm_rss_kib(pid) for pid in [self.pid, *descendants(self.pid)]) / 1024
+    def rss_mib(self, tree: bool = True) -> float:
+        """Resident memory of the process and (with `tree`: a scan of /proc, tens of ms) all its
+        descendants (MiB), from /proc."""
+        return sum(_vm_rss_kib(pid) for pid in [self.pid, *(descendants(self.pid) if tree else ())]) / 1024
 
     def stop(self, grace: float = 5.0) -> None:
         if not self.alive():
@@ -142,7 +143,8 @@ async def wait_healthy(proc: Proc, url: str, limit: float) -> float:
             await asyncio.sleep(0.1)
 
 
-def descendants(pid: int) -> list[int]:
+def children_of() -> dict[int, list[int]]:
+    """Every process's children (parent pid → child pids), from one scan of /proc."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -154,6 +156,12 @@ def descendants(pid: int) -> list[int]:
         # "pid (comm) state ppid ..." — comm may contain spaces and parentheses
         ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def descendants(pid: int, children: dict[int, list[int]] | None = None) -> list[int]:
+    """`pid`'s living descendants (`children`: a scan already made, `children_of()`)."""
+    children = children_of() if children is None else children
     out: list[int] = []
     todo = [pid]
     while todo:
@@ -176,10 +184,11 @@ def _vm_rss_kib(pid: int) -> int:
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int, tree: bool = True) -> float:
-    """User + system CPU seconds of a process (and, with `tree`, of its living descendants)."""
+def cpu_seconds(pid: int, tree: bool = True, children: dict[int, list[int]] | None = None) -> float:
+    """User + system CPU seconds of a process (and, with `tree`, of its living descendants;
+    `children`: a scan of /proc already made, `children_of()`)."""
     total = 0
-    for p in [pid, *(descendants(pid) if tree else [])]:
+    for p in [pid, *(descendants(pid, children) if tree else [])]:
         try:
             stat = Path(f"/proc/{p}/stat").read_text()
         except OSError:
@@ -210,7 +219,8 @@ class Watched(Protocol):
 class CpuMeter:
     """CPU used during a `with` block: by each watched process tree, by this process (`own`), and by
     everything else on the machine (other processes than this one and the watched ones), in cores
-    on average."""
+    on average. The trees are the processes' when the meter is made (make it before a latency is
+    measured: the scan of /proc holds this process for tens of ms; the readings in the block do not)."""
 
     def __init__(self, procs: Sequence[Watched]) -> None:
         self.procs = list(procs)
@@ -223,12 +233,18 @@ class CpuMeter:
         self._busy0 = 0.0
         self._own0 = 0.0
         self._proc0: list[float] = []
+        children = children_of()  # the trees, read now: a scan of /proc takes tens of ms, their stat files µs
+        self._trees = [[p.pid, *descendants(p.pid, children)] for p in self.procs]
+
+    @staticmethod
+    def _cpu(tree: list[int]) -> float:
+        return sum(cpu_seconds(pid, tree=False) for pid in tree)
 
     def __enter__(self) -> CpuMeter:
         self._t0 = self.started = time.monotonic()
         self._busy0 = busy_seconds()
         self._own0 = cpu_seconds(os.getpid(), tree=False)
-        self._proc0 = [cpu_seconds(p.pid) for p in self.procs]
+        self._proc0 = [self._cpu(tree) for tree in self._trees]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -236,5 +252,6 @@ class CpuMeter:
         busy = busy_seconds() - self._busy0
         own = self.own = cpu_seconds(os.getpid(), tree=False) - self._own0
         self.wall = wall
-        self.used = {p.name: cpu_seconds(p.pid) - c0 for p, c0 in zip(self.procs, self._proc0, strict=True)}
+        readings = zip(self.procs, self._trees, self._proc0, strict=True)
+        self.used = {p.name: self._cpu(tree) - c0 for p, tree, c0 in readings}
         self.others = max(0.0, (busy - own - sum(self.used.values())) / wall)
