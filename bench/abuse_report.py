@@ -152,9 +152,8 @@ def report(runs: list[Run], opts: Options, took: float, load0: str) -> str:
         "second, while they open their connections, is not counted) and during a quiet phase as long "
         f"just before it, its reference; {opts.rounds} such rounds per attack, interleaved. Judged per attack: "
         "success over its rounds, and the p99 of all its rounds' calls against the p99 of all their quiet "
-        "phases' calls — on this machine a phase now and then has a stall of 50-150 ms that no process "
-        "accounts for (the p99 of identical quiet phases moved from 8 to 146 ms in one run), which decides "
-        "one phase's p99 but moves a pooled one by a third as much. Goal: ≥ 99% "
+        "phases' calls — on this VM a phase now and then holds a stall of every process at once (the "
+        "hypervisor's), which decides one phase's p99 but moves a pooled one far less. Goal: ≥ 99% "
         f"success, p99 ≤ 2 x quiet. {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} "
         f"cores shared with other work; load average (1, 5, 15 min) {load0} at the start, {load_average()} at the end.",
         "",
