@@ -32,7 +32,7 @@ import orjson
 
 from bench.harness import Cluster, Proc, busy_seconds, cpu_seconds, free_port, wait_healthy
 from bench.load import First, closed_loop
-from bench.overhead import CHAT, HEADERS, POLICIES, TOOL_CHAT
+from bench.overhead_model import CHAT, HEADERS, POLICIES, TOOL_CHAT
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK_SECONDS = 60.0
