@@ -7,11 +7,11 @@ A line at info level or below (the access log's line per request, most of them) 
 for at most `log_flush_interval` seconds, or until `log_buffer_bytes` are waiting, and the lines
 waiting go out in one write: one system call per batch instead of one per request. A warning or an
 error goes out at once, with the lines before it (their order kept): the writer thread is woken for
-it, so the event loop never waits for the disk (a write to a file can block for 100 ms and more
-while the file system commits its journal), and a flood of warnings a client can cause (calls
-whose checks every tier fails) costs it no write each. Only a buffer over its bound is written by
-the thread that filled it, which then waits for the disk: the bound holds. Lines still waiting are written
-when the process exits gracefully: `stop()` when the app's lifespan ends (uvicorn then ends a process
+it, so the event loop never waits for the disk (a write to a file waits whenever the disk or the
+file system does), and a flood of warnings a client can cause (calls whose checks every tier
+fails) costs it no write each. A thread that fills the buffer to its bound waits until the writer
+has taken the lines (so, while the disk stalls, it waits): the bound holds. Lines still waiting
+are written when the process exits gracefully: `stop()` when the app's lifespan ends (uvicorn then ends a process
 stopped by a signal with that signal, and no exit hook runs) and at exit (not `logging.shutdown`,
 whose list of handlers uvicorn's logging configuration empties while the root logger keeps this
 one); a killed process loses at most the last `log_flush_interval` seconds of info lines.
@@ -20,8 +20,9 @@ one); a killed process loses at most the last `log_flush_interval` seconds of in
 The line is the same either way: `%(asctime)s %(levelname)s %(name)s: %(message)s`, the time made
 once per second (`Formatter.formatTime` calls strftime for each record) and a line with no traceback
 put together directly rather than through the format's `%` over the record's attributes. Records
-leave out what no line shows (thread, process and multiprocessing names: logging's own switches). The standard library's
-MemoryHandler holds records, but writes and flushes each one alone when it empties, and has no deadline.
+leave out what no line shows (thread, process and multiprocessing names: logging's own switches).
+The standard library's MemoryHandler holds records, but writes and flushes each one alone when it
+empties, and has no deadline.
 """
 
 from __future__ import annotations
