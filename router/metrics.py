@@ -128,6 +128,19 @@ class Metrics:
         self.tier_openings = Counter(
             "router_tier_openings", "Times a tier's breaker opened (a failed trial call included)", ["tier"], registry=r
         )
+        # sessions (router/sessions, router/core/warming.py)
+        self.prompt_tokens = Counter(
+            "router_prompt_tokens",
+            "Prompt tokens by tier, as its server counted them: evaluated, or reused from its cache",
+            ["tier", "how"],
+            registry=r,
+        )
+        self.warm_ups = Counter(
+            "router_warm_ups",
+            "Background prefills of sessions' prompts by tier and outcome (done, cancelled, failed, dropped)",
+            ["tier", "outcome"],
+            registry=r,
+        )
         # the children of the per-call metrics, by their labels (tiers x routes: bounded by the policy)
         self._answers: dict[tuple[str, str], Counter] = {}
         self._calls: dict[tuple[str, str, bool], tuple[Counter, Histogram, Histogram]] = {}
@@ -167,6 +180,13 @@ class Metrics:
         calls.inc()
         ttft_seconds.observe(ttft)
         total_seconds.observe(total)
+
+    def observe_prompt(self, tier: str, evaluated: int, reused: int) -> None:
+        self.prompt_tokens.labels(tier, "evaluated").inc(evaluated)
+        self.prompt_tokens.labels(tier, "reused").inc(reused)
+
+    def observe_warm_up(self, tier: str, outcome: str) -> None:
+        self.warm_ups.labels(tier, outcome).inc()
 
     def tripped(self, limit: str) -> None:
         self.limits.labels(limit).inc()

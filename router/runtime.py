@@ -21,6 +21,7 @@ from router.core.shadow import Shadower
 from router.core.tracing import Tracing
 from router.core.validate import Validator
 from router.core.verify import VerdictCache
+from router.core.warming import Warming
 from router.metrics import Metrics
 from router.policy.model import Policy
 from router.policy.watch import PolicyHolder, watch
@@ -55,6 +56,8 @@ class Runtime:
         self.verdicts = VerdictCache()  # judge verdicts by (call, context) hash, bounded LRU
         # a route's `shadow` option (router/core/shadow.py)
         self.shadow = Shadower(settings, self.metrics, store, self.upstreams, self.background)
+        # sessions' prompts kept on the tiers they may move to (router/core/warming.py)
+        self.warming = Warming(self.upstreams, self.metrics.observe_warm_up, settings.warm_max_pending)
         self.adaptive = AdaptiveState(store, policy)
         self.lanes = Lanes(self._count_lane)  # calls in flight per lane, lane views of the policy
         cache = ResponseCache(settings.responses_cache_entries, settings.responses_cache_bytes)
@@ -106,6 +109,7 @@ class Runtime:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.responses.close()  # what is still queued for the store
+        await self.warming.close()
         await self.upstreams.close()
         await self.store.close()
         await self.tracing.close()  # the spans still queued are exported (bounded by the exporter's timeout)

@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     ws_ping_interval: float = Field(20.0, gt=0, description="seconds between WebSocket pings; no pong as long → close")
     ws_max_pending: int = Field(8, ge=1, description="response.create messages queued per connection; more → 1008")
 
+    warm_max_pending: int = Field(
+        8, ge=1, description="sessions waiting per tier for a background prefill (core/warming.py; oldest dropped)"
+    )
+
     # shadow mode (a route's `shadow` option, router/core/shadow.py): background work, bounded
     shadow_max_inflight: int = Field(
         8, ge=1, description="shadow comparisons in flight; a sampled call beyond it is dropped and counted"

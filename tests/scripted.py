@@ -18,6 +18,7 @@ from typing import Any
 
 from router.app import create_app, lifespan_of
 from router.runtime import Runtime
+from router.sessions import Session
 from router.settings import Settings
 from router.upstream.base import Chunk, Reply
 
@@ -68,14 +69,16 @@ class Scripted:
             raise entry
         return entry
 
-    async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
+    async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply:
         message = self._next(body)
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         choice = {"index": 0, "message": message, "finish_reason": finish}
         data = {"id": f"chatcmpl-{self.tier}", "object": "chat.completion", "model": self.tier, "choices": [choice]}
         return Reply(data)
 
-    async def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
+    async def stream(
+        self, body: dict[str, Any], deadline: float, session: Session | None = None
+    ) -> AsyncIterator[Chunk]:
         message = self._next(body)
         base = {"id": f"chatcmpl-{self.tier}-{len(self.bodies)}", "object": "chat.completion.chunk", "model": self.tier}
 

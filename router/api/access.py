@@ -1,13 +1,15 @@
 """The access log: one line per request at info level on the `router.access` logger.
 
-    POST /v1/chat/completions 200 tier=fast route=simple-tool-call escalated=false 3.1ms
+    POST /v1/chat/completions 200 tier=fast route=tool-call escalated=false evaluated=64 reused=11600 3.1ms
 
 A pure ASGI middleware, so it sees every request the app answers (errors, refusals and streams
 included, a stream when its last byte is sent) and costs one dict lookup per response start. The
 tier, route and escalation come from the `x-router-*` headers the call was answered with, or — for a
 stream, whose headers left with its first chunk — from the call's final decision (`note`, when the
 stream ends: after an escalation that came once text was sent, the tier that answered); `-` where a
-request was not routed. A WebSocket connection is one line when it closes (status 101).
+request was not routed. `evaluated` and `reused` are the prompt tokens the tiers' servers evaluated
+and reused from their cache, by their own count (`-` where a server gives none). A WebSocket
+connection is one line when it closes (status 101).
 `AGENT_ROUTER_ACCESS_LOG=false` (or `serve --no-access-log`) turns it off.
 """
 
@@ -19,12 +21,20 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from router.api.headers import prompt_tokens
+
 if TYPE_CHECKING:
     from router.core.escalation import Trace
 
 log = logging.getLogger("router.access")
 
-_WANTED = {b"x-router-tier": "tier", b"x-router-route": "route", b"x-router-escalated": "escalated"}
+_WANTED = {
+    b"x-router-tier": "tier",
+    b"x-router-route": "route",
+    b"x-router-escalated": "escalated",
+    b"x-router-prompt-tokens": "prompt",
+}
+_NO_PROMPT = "evaluated=- reused=-"
 _SEEN = "router.access"  # the scope's key of what the line will say
 
 
@@ -32,6 +42,8 @@ def note(scope: Scope, trace: Trace) -> None:
     """The call's final decision, for its line (nothing when the log is off)."""
     if (seen := scope.get(_SEEN)) is not None:
         seen.update(tier=trace.tier, route=trace.route, escalated="true" if trace.escalated else "false")
+        if trace.prompt_evaluated or trace.prompt_reused:
+            seen["prompt"] = prompt_tokens(trace)
 
 
 class AccessLog:
@@ -59,7 +71,7 @@ class AccessLog:
         finally:
             method = scope.get("method", "WS")
             log.info(
-                "%s %s %s tier=%s route=%s escalated=%s %.1fms",
+                "%s %s %s tier=%s route=%s escalated=%s %s %.1fms",
                 method, scope.get("path", ""), seen["status"], seen.get("tier", "-"), seen.get("route", "-"),
-                seen.get("escalated", "-"), (time.perf_counter() - started) * 1000,
+                seen.get("escalated", "-"), seen.get("prompt", _NO_PROMPT), (time.perf_counter() - started) * 1000,
             )  # fmt: skip

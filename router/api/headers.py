@@ -23,7 +23,13 @@ def router_headers(trace: Trace) -> dict[str, str]:
         "x-router-salvaged": "true" if trace.salvaged else "false",
         "x-router-lane": trace.lane.name,
         **({"x-router-verified": ",".join(trace.verdicts)} if trace.verdicts else {}),
+        **({"x-router-prompt-tokens": prompt_tokens(trace)} if trace.prompt_evaluated or trace.prompt_reused else {}),
     }
+
+
+def prompt_tokens(trace: Trace) -> str:
+    """The tiers' servers' own count of the call's prompt: `evaluated=N reused=M` (from their cache)."""
+    return f"evaluated={trace.prompt_evaluated} reused={trace.prompt_reused}"
 
 
 def summary(trace: Trace) -> bytes:
@@ -41,5 +47,6 @@ def summary(trace: Trace) -> bytes:
             "salvaged": trace.salvaged,
             "verified": trace.verdicts,
             "lane": trace.lane.name,
+            "prompt_tokens": {"evaluated": trace.prompt_evaluated, "reused": trace.prompt_reused},
         }
     )

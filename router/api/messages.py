@@ -21,11 +21,12 @@ from router.api import admitted, authorize, endpoint, lower_headers, observe, re
 from router.api.headers import router_headers
 from router.api.sse import SSEResponse, framed, sse_frame
 from router.core import pipeline
-from router.core.call import Call, parse_body, refuse_forbidden, session_of
+from router.core.call import Call, parse_body, refuse_forbidden
 from router.errors import BadRequest, Overloaded, RouterError
 from router.messages.events import Event, MessageEvents, error_body
 from router.messages.translate import chat_body, message_of, new_message_id
 from router.policy.decide import CHARS_PER_TOKEN, features_of
+from router.sessions import session_of
 from router.upstream.anthropic import FORWARDED_HEADERS
 from router.upstream.base import Native
 
@@ -48,7 +49,9 @@ def messages_call(raw: bytes, headers: Mapping[str, str], *, count_only: bool = 
         raise BadRequest("max_tokens: Field required (a positive integer)", param="max_tokens")
     body, failed = chat_body(request)
     native = Native("messages", request, {k: headers[k] for k in FORWARDED_HEADERS if k in headers})
-    return Call(body, headers, features_of(body, headers), session_of(body, headers), native, failed)
+    features = features_of(body, headers)
+    session = session_of(body, headers, features.prompt_tokens, request=request)
+    return Call(body, headers, features, session, native, failed)
 
 
 @anthropic_endpoint

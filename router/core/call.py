@@ -1,4 +1,5 @@
-"""One client call, parsed once: the body as a dict, lower-cased headers, routing features, session.
+"""One client call, parsed once: the body as a dict, lower-cased headers, routing features, session
+(router/sessions).
 
 Bodies are decoded with orjson and never turned into pydantic models; fields the router does not
 own are passed upstream untouched.
@@ -6,7 +7,6 @@ own are passed upstream untouched.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +16,7 @@ import orjson
 from router.constants import MAX_DEPTH
 from router.errors import BadRequest, ForbiddenField, InvalidJSON
 from router.policy.decide import Features, features_of
+from router.sessions import Session, session_of
 from router.upstream.base import Native
 
 # orjson decodes 1024 levels of nesting but encodes only 254, and the router re-encodes what it
@@ -25,7 +26,6 @@ _ENCODER_DEPTH = 254
 
 # Fields that would let a client choose where (or with which key) the router calls out.
 FORBIDDEN_FIELDS = ("api_base", "base_url", "api_key", "api_version", "custom_llm_provider", "extra_headers")
-SESSION_HEADER = "x-session-id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class Call:
     body: dict[str, Any]
     headers: Mapping[str, str]
     features: Features
-    session: str
+    session: Session
     native: Native | None = None  # the request in the client's own API, for tiers that speak it
     reported_errors: frozenset[str] = frozenset()  # tool calls the client marked failed (`is_error`)
 
@@ -78,7 +78,8 @@ def chat_call(raw: bytes, headers: Mapping[str, str]) -> Call:
     tools = body.get("tools")
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
         raise BadRequest("'tools' must be an array of tool objects.", param="tools")
-    return Call(body, headers, features_of(body, headers), session_of(body, headers))
+    features = features_of(body, headers)
+    return Call(body, headers, features, session_of(body, headers, features.prompt_tokens))
 
 
 def refuse_forbidden(body: Mapping[str, Any]) -> None:
@@ -86,26 +87,3 @@ def refuse_forbidden(body: Mapping[str, Any]) -> None:
     for name in FORBIDDEN_FIELDS:
         if name in body:
             raise ForbiddenField(f"The field {name!r} is not accepted: upstreams are set by the policy.", param=name)
-
-
-def session_of(body: Mapping[str, Any], headers: Mapping[str, str]) -> str:
-    """A call's session: the x-session-id header, else Responses chain, else `user`, else a hash of the opening."""
-    if sid := headers.get(SESSION_HEADER):
-        return sid[:200]
-    if prev := body.get("previous_response_id"):
-        return f"resp:{prev}"
-    if isinstance(user := body.get("user"), str) and user:
-        return f"user:{user[:200]}"
-    h = hashlib.blake2b(digest_size=12)
-    seen_user = False
-    for m in body.get("messages") or body.get("input") or ():
-        if not isinstance(m, dict):
-            continue
-        role = m.get("role")
-        if role in ("system", "developer") or (role == "user" and not seen_user):
-            h.update(str(role).encode())
-            h.update(orjson.dumps(m.get("content")))
-            seen_user = seen_user or role == "user"
-        if seen_user:
-            break
-    return "h:" + h.hexdigest()

@@ -44,6 +44,7 @@ from router.core.verify import verify
 from router.errors import ChecksFailed, TierOpen, UpstreamError, UpstreamStatus
 from router.policy.decide import Decision
 from router.policy.model import Breaker, Policy
+from router.upstream.base import Prompt
 
 if TYPE_CHECKING:
     from router.runtime import Runtime
@@ -111,6 +112,8 @@ class Trace:
         self.exhausted = False  # every attempt failed the checks (and the answer was refused or delivered)
         self.salvaged = False  # a call written as text was made structured (router/core/salvage.py)
         self.verdicts: list[str] = []  # "kind:accept|reject|unsure" per verified answer
+        self.prompt_evaluated = 0  # prompt tokens the tiers' servers evaluated, by their own count
+        self.prompt_reused = 0  # prompt tokens they reused from their cache (a session's kept prefix)
         self._native: dict[str, bool] = {}  # tier → its latest attempt got the client's own request
         self._repair_tool: str | None = None
         self._repaired_on: set[str] = set()  # tiers that had their one repair
@@ -195,13 +198,20 @@ class Trace:
         self.mistakes += ["tier_open"] * len(skipped)
         return tier
 
-    def answered(self, tier: str) -> None:
-        """`tier` sent a whole answer (right or wrong): its breaker's count of failures starts over."""
+    def answered(self, tier: str, prompt: Prompt | None = None) -> None:
+        """`tier` sent a whole answer (right or wrong): its breaker's count of failures starts over;
+        `prompt`, the server's count of the prompt it read (evaluated, reused), is recorded."""
         self.router.breakers.succeeded(tier)
+        self.router.warming.live_ended(tier)
+        if prompt is not None:
+            self.prompt_evaluated += prompt.evaluated
+            self.prompt_reused += prompt.reused
+            self.record.prompt(tier, prompt.evaluated, prompt.reused)
 
     def released(self, tier: str) -> None:
         """A call to `tier` ended neither way (cancelled: the client left, a hedge lost)."""
         self.router.breakers.released(tier)
+        self.router.warming.live_ended(tier)
 
     def _may_retry(self) -> bool:
         return (
@@ -287,6 +297,7 @@ class Trace:
         else:
             reason = f"HTTP {exc.upstream_status}" if isinstance(exc, UpstreamStatus) else exc.message
             self.router.breakers.failed(tier, self._breaker(tier), reason)
+            self.router.warming.live_ended(tier)
         if not client_fault and exc.mistake in self.policy.escalation.on and self._may_retry():
             escalate = Escalate([exc.mistake], backoff=self._stronger(tier) == tier)
             escalate.__cause__ = exc
@@ -302,8 +313,10 @@ class Trace:
         return (other, hedge.after) if other != tier and self.router.breakers.closed(other) else None
 
     def sent(self, tier: str, native: bool) -> None:
-        """An attempt on `tier` starts: with the client's request itself (`native`) or the chat body."""
+        """An attempt on `tier` starts: with the client's request itself (`native`) or the chat body.
+        A warm-up running there gives way (router/core/warming.py)."""
         self._native[tier] = native
+        self.router.warming.live_started(tier)
 
     @property
     def answered_natively(self) -> bool:
@@ -323,5 +336,7 @@ class Trace:
         """Remember the tool calls the client got, to attribute errors it reports later; offer the
         answer to the route's shadow mode."""
         self.record.delivered(tier, message)
+        # the session's next turn starts with this answer: the other tiers read it in the background
+        self.router.warming.offer(self.policy, self.call.session, self.call.body, tier, message)
         # shadow mode (router/core/shadow.py): maybe a comparison, in the background
         self.router.shadow.offer(self.policy, self.route, self.call.body, tier, message)

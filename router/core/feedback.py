@@ -35,7 +35,7 @@ async def sticky_tier(store: Store, metrics: Metrics, call: Call, policy: Policy
     turn = _newest_turn(call.body.get("messages") or ())
     failed = [fid async for fid in _failed_calls(store, call, rules, *turn)] if turn[0] else []
     if failed:
-        s = call.session
+        s = call.session.id
         store.record(
             [
                 event
@@ -49,11 +49,11 @@ async def sticky_tier(store: Store, metrics: Metrics, call: Call, policy: Policy
         )
         metrics.observe_agent_errors(failed)
         if sticky:
-            await store.sticky_set(call.session, policy.escalation.chain[-1], sticky)
-        log.info("session %s: agent reported %d failed tool call(s)", call.session[:16], len(failed))
+            await store.sticky_set(call.session.id, policy.escalation.chain[-1], sticky)
+        log.info("session %s: agent reported %d failed tool call(s)", call.session.id[:16], len(failed))
     if not sticky or not routed_by_policy(call.features, policy):
         return None
-    tier = await store.sticky_take(call.session)
+    tier = await store.sticky_take(call.session.id)
     return tier if tier in policy.models else None
 
 
@@ -69,7 +69,7 @@ async def _failed_calls(
     messages = call.body.get("messages") or ()
     for result in results:
         if str(result.get("tool_call_id")) in call.reported_errors or _reports_failure(result, rules):
-            routed = await store.routed_take(call.session, str(result.get("tool_call_id")))
+            routed = await store.routed_take(call.session.id, str(result.get("tool_call_id")))
             if routed is not None:
                 yield routed
     if rules.repeated_call and assistant is not None:
@@ -78,7 +78,7 @@ async def _failed_calls(
             prior = seen.get(_signature(c))
             if prior is None or prior.get("id") == c.get("id") or _reported(messages, prior.get("id"), rules):
                 continue
-            routed_prior = await store.routed_take(call.session, str(prior.get("id")))
+            routed_prior = await store.routed_take(call.session.id, str(prior.get("id")))
             if routed_prior is not None:
                 yield routed_prior
 

@@ -35,7 +35,7 @@ from router.core.streaming import Gate, Joiner
 from router.core.validate import SchemaTooCostly
 from router.errors import UpstreamError
 from router.policy.decide import Live, decide
-from router.upstream.base import Chunk, Native, NativeUpstream, Reply, Upstream, speaks
+from router.upstream.base import Chunk, Native, NativeUpstream, Prompt, Reply, Upstream, speaks
 
 if TYPE_CHECKING:
     from router.runtime import Runtime
@@ -59,6 +59,7 @@ async def begin(router: Runtime, call: Call) -> Trace:
         router.lanes.leave(lane)
         raise
     router.adaptive.note(decision)
+    router.warming.offer(policy, call.session, call.body, decision.tier)  # the other tiers read it meanwhile
     trace = Trace(router, call, policy, decision, lane)
     trace.admitted = (tools, tool_set)
     return trace
@@ -145,16 +146,17 @@ async def _reply(router: Runtime, trace: Trace, body: dict[str, Any], tier: str)
     pass_through = _native(trace, upstream, body)
     trace.sent(tier, pass_through is not None)
     try:
+        session = trace.call.session
         if pass_through:
-            reply = await pass_through[0].complete_native(pass_through[1], trace.deadline)
+            reply = await pass_through[0].complete_native(pass_through[1], trace.deadline, session=session)
         else:
-            reply = await upstream.complete(body, trace.deadline)
+            reply = await upstream.complete(body, trace.deadline, session=session)
     except UpstreamError as exc:
         raise trace.failed(tier, exc)  # noqa: B904 (Escalate's cause is `exc`; `exc` goes as it is)
     except BaseException:
         trace.released(tier)
         raise
-    trace.answered(tier)  # a whole answer: the tier's breaker starts counting again (router/core/breaker.py)
+    trace.answered(tier, reply.prompt)  # a whole answer: the tier's breaker starts counting again
     salvage_reply(trace, tier, reply)  # a call written as text, made structured (router/core/salvage.py)
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
@@ -176,14 +178,17 @@ async def _chunks(router: Runtime, trace: Trace, body: dict[str, Any], tier: str
     pass_through = _native(trace, upstream, body)
     trace.sent(tier, pass_through is not None)
     if pass_through:
-        source = pass_through[0].stream_native(pass_through[1], trace.deadline)
+        source = pass_through[0].stream_native(pass_through[1], trace.deadline, session=trace.call.session)
     else:
-        source = upstream.stream(body, trace.deadline)
+        source = upstream.stream(body, trace.deadline, session=trace.call.session)
     together: list[Chunk] = []  # ready to send, from events received in one read
     failure: UpstreamError | None = None
+    prompt: Prompt | None = None  # the server's count of the prompt, on the event with usage
     try:
         try:
             async for chunk in source:
+                if chunk.prompt is not None:
+                    prompt = chunk.prompt
                 received_more = chunk.more  # read first: the gate clears it on what it lets through
                 together += gate.feed(chunk)
                 if not received_more:
@@ -202,7 +207,7 @@ async def _chunks(router: Runtime, trace: Trace, body: dict[str, Any], tier: str
             raise trace.failed(tier, failure)
         finally:
             del failure  # this frame is in the traceback: holding the exception would make a cycle
-    trace.answered(tier)  # a whole answer: the tier's breaker starts counting again (router/core/breaker.py)
+    trace.answered(tier, prompt)  # a whole answer: the tier's breaker starts counting again
     salvage_stream(trace, tier, gate)
     message = gate.message()
     trace.judge(tier, message, gate.finish_reason)

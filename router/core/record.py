@@ -7,6 +7,7 @@ Prometheus counts. `escalation.Trace` decides; a `Record` writes down what it de
     salvaged(tier, tools)           `tier`'s calls written as text were made structured
     rejected(tier, tool)            a route's verifier rejected `tier`'s call of `tool`
     delivered(tier, message)        the tool calls the client got, to attribute errors it reports later
+    prompt(tier, evaluated, reused) the server's count of a prompt: tokens evaluated and reused from its cache
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from router.core.call import Call
 from router.core.validate import Mistake
-from router.store.base import ESCALATED, MISTAKEN, SALVAGED, Event, RoutedCall
+from router.store.base import ESCALATED, MISTAKEN, PROMPT_EVALUATED, PROMPT_REUSED, SALVAGED, Event, RoutedCall
 
 if TYPE_CHECKING:
     from router.metrics import Metrics
@@ -40,7 +41,7 @@ class Record:
         """Count one attempt of `tier`: a call (failed ones too), each offered tool it called or
         fumbled, each mistake by kind, and once per call and tool with any mistake (`MISTAKEN`: the
         stats' mistake rate is the share of calls with at least one)."""
-        s, r = self.call.session, self.route
+        s, r = self.call.session.id, self.route
         offered = self.call.features.tool_names  # never record names a model made up: unbounded keys
         called = {t for t in tools if t in offered}
         fumbled = {m.tool for m in found if m.tool in offered}
@@ -54,18 +55,24 @@ class Record:
         self.metrics.observe_answer(tier, r, answered, [m.kind for m in found])
 
     def escalated(self, tier: str) -> None:
-        self.store.record([Event(tier, self.route, kind=ESCALATED, session=self.call.session)])
+        self.store.record([Event(tier, self.route, kind=ESCALATED, session=self.call.session.id)])
 
     def salvaged(self, tier: str, tools: Sequence[str]) -> None:
         """`tier` wrote these calls as text and they were made structured (router/core/salvage.py)."""
-        self.store.record([Event(tier, self.route, tool=t, kind=SALVAGED, session=self.call.session) for t in tools])
+        self.store.record([Event(tier, self.route, tool=t, kind=SALVAGED, session=self.call.session.id) for t in tools])
 
     def rejected(self, tier: str, tool: str) -> None:
-        s, r = self.call.session, self.route
+        s, r = self.call.session.id, self.route
         events = [Event(tier, r, tool=tool, kind="verifier_reject", session=s)]
         events += [Event(tier, r, tool=t, kind=MISTAKEN, session=s) for t in dict.fromkeys(("", tool))]
         self.store.record(events)
         self.metrics.observe_answer(tier, r, False, ["verifier_reject"])
+
+    def prompt(self, tier: str, evaluated: int, reused: int) -> None:
+        s, r = self.call.session.id, self.route
+        counts = ((PROMPT_EVALUATED, evaluated), (PROMPT_REUSED, reused))
+        self.store.record([Event(tier, r, kind=kind, session=s, n=n) for kind, n in counts if n > 0])
+        self.metrics.observe_prompt(tier, evaluated, reused)
 
     def delivered(self, tier: str, message: Mapping[str, Any]) -> None:
         calls = [
@@ -80,4 +87,4 @@ class Record:
             if c.get("id")
         ]
         if calls:
-            self.background(self.store.routed_put(self.call.session, calls))
+            self.background(self.store.routed_put(self.call.session.id, calls))

@@ -66,9 +66,31 @@ class Breaker(Strict):
         return self
 
 
+class Sessions(Strict):
+    """Keep each agent session's prompt prefix on this tier's servers (router/sessions/affinity.py),
+    so that a turn evaluates only the tokens it adds."""
+
+    slots: int = Field(
+        default=0,
+        ge=0,
+        description="llama.cpp server slots (llama-server --parallel): each session is pinned to one with "
+        "id_slot + cache_prompt; 0: no pinning (vLLM, SGLang cache prefixes by themselves)",
+    )
+    side_slots: int = Field(
+        default=1, ge=0, description="of the slots, those kept for side calls (small tool-less calls: titles, probes)"
+    )
+    warm: bool = Field(
+        default=False,
+        description="prefill a session's prompt here in the background when another tier answers it, so that "
+        "an escalated or sticky turn evaluates only its new tokens (router/core/warming.py)",
+    )
+
+
 class Tier(Strict):
     model: str = Field(description='"openai/<id>" for OpenAI-compatible servers, else a litellm provider string')
-    api_base: str | None = None
+    api_base: str | list[str] | None = Field(
+        default=None, description="the server's URL; a list: replicas, each session kept on one of them"
+    )
     api_key: SecretStr | None = None
     timeouts: Timeouts = Timeouts()
     breaker: Breaker = Breaker()
@@ -92,6 +114,7 @@ class Tier(Strict):
         default_factory=list,
         description="client APIs this openai/ tier serves itself (POST {api_base}/responses): passed through",
     )
+    sessions: Sessions = Sessions()
 
     @property
     def provider(self) -> str:
@@ -102,14 +125,25 @@ class Tier(Strict):
         """The model id sent upstream: the part after `openai/`, or the whole litellm string."""
         return self.model.split("/", 1)[1] if self.provider == "openai" and "/" in self.model else self.model
 
+    @property
+    def api_bases(self) -> tuple[str, ...]:
+        """The server URLs: one, or a tier's replicas."""
+        if self.api_base is None:
+            return ()
+        return (self.api_base,) if isinstance(self.api_base, str) else tuple(self.api_base)
+
     @model_validator(mode="after")
     def _openai_needs_base(self) -> Tier:
         if self.provider == "openai" and not self.api_base:
             raise ValueError("an openai/<id> tier needs api_base (the OpenAI-compatible server's /v1 URL)")
         if self.apis and self.provider != "openai":
             raise ValueError("apis: only openai/<id> tiers take it (anthropic/* tiers serve Messages natively)")
-        if self.api_base is not None:
-            url = urlsplit(self.api_base)
+        if isinstance(self.api_base, list) and self.provider != "openai":
+            raise ValueError("api_base: a list of replicas is for openai/<id> tiers")
+        if (self.sessions.slots or self.sessions.warm) and self.provider != "openai":
+            raise ValueError("sessions.slots and sessions.warm are for openai/<id> tiers (llama.cpp, vLLM, SGLang)")
+        for base in self.api_bases:
+            url = urlsplit(base)
             if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
                 raise ValueError("api_base must be an http(s) URL without query or fragment, e.g. http://host:8081/v1")
             if url.username or url.password:

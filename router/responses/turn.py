@@ -26,7 +26,7 @@ import orjson
 
 from router.api.headers import summary
 from router.core import pipeline
-from router.core.call import SESSION_HEADER, Call, session_of
+from router.core.call import Call
 from router.core.escalation import Trace
 from router.core.response_state import ResponseCache, ResponseState, Stored, stored
 from router.errors import BadRequest, RouterError
@@ -35,6 +35,7 @@ from router.policy.model import Policy
 from router.responses.events import Event, EventBuilder
 from router.responses.items import assistant_message, new_id, output_items
 from router.responses.translate import native_body, response_object, translate
+from router.sessions import SESSION_HEADER, session_of
 from router.store.responses import StoreUnreachable
 from router.upstream.base import Chunk, Native
 from router.upstream.responses_tools import ToolMap
@@ -65,7 +66,7 @@ class Turn:
     def remember(self, output: list[dict[str, Any]]) -> Stored:
         answer = assistant_message(output, self.tools)
         parent = self.request.get("previous_response_id")  # it resolved, or there would be no turn
-        return stored(self.history, [*self.new, answer] if answer else self.new, self.call.session, parent)
+        return stored(self.history, [*self.new, answer] if answer else self.new, self.call.session.id, parent)
 
     @property
     def store(self) -> bool:
@@ -106,9 +107,11 @@ def prepare(
     t = translate(request, history, stream=stream)
     body = t.body
     # the header, else the chain's first response's, else (a first response) `user` or a hash of the opening
-    session = session_of(body, headers) if headers.get(SESSION_HEADER) or prev is None else prev.session
+    chained = None if headers.get(SESSION_HEADER) or prev is None else prev.session
+    features = features_of(body, headers)
+    session = session_of(body, headers, features.prompt_tokens, request=request, conversation=chained)
     passed = Native("responses", native_body(request, history, t.tools), {}) if native else None
-    call = Call(body, headers, features_of(body, headers), session, passed)
+    call = Call(body, headers, features, session, passed)
     return Turn(request, new_id("resp"), int(time.time()), call, history, t.new, t.tools, dict(t.left_out))
 
 

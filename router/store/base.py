@@ -73,6 +73,7 @@ class Event:
     kind: str = ""  # "" counts an answer; anything else is a mistake kind
     session: str = ""
     ts: float = field(default_factory=time.time)
+    n: int = 1  # what it adds to its counter (prompt tokens count by the token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +94,19 @@ class Counts:
     escalations: int = 0
     mistaken: int = 0  # calls with at least one mistake
     salvaged: int = 0
+    evaluated: int = 0  # prompt tokens the server evaluated
+    reused: int = 0  # prompt tokens it reused from its cache
 
     def to_json(self) -> dict[str, Any]:
         rate = min(1.0, round(self.mistaken / self.calls, 4)) if self.calls else (1.0 if self.mistaken else 0.0)
+        prompt = {"prompt_tokens": {"evaluated": self.evaluated, "reused": self.reused}}
         return {
             "calls": self.calls,
             "mistakes": dict(sorted(self.mistakes.items())),
             "mistake_rate": rate,
             "escalations": self.escalations,
             "salvaged": self.salvaged,
+            **(prompt if self.evaluated or self.reused else {}),
         }
 
 
@@ -112,6 +117,11 @@ ESCALATED = "escalated"
 MISTAKEN = "mistaken"
 # Not a mistake either: an answer whose tool call, written as text, was made structured (router/core/salvage.py).
 SALVAGED = "salvaged"
+
+# Not mistakes either: prompt tokens a tier's server evaluated, and reused from its cache (a session's
+# kept prefix, router/sessions/affinity.py), by the server's own count (`prompt_tokens` in stats).
+PROMPT_EVALUATED = "prompt_evaluated"
+PROMPT_REUSED = "prompt_reused"
 
 # -- shadow samples -------------------------------------------------------------------------------
 # Not mistakes nor answers either: the outcome of one shadow comparison of a route's answer
@@ -167,7 +177,10 @@ LANE_OUTCOMES = ("served", "standard", "capped", "refused", "busy")
 
 def counted_apart(kind: str) -> bool:
     """Kinds that are neither answers nor mistakes: escalations, salvages, shadow verdicts, lane outcomes."""
-    return kind in (ESCALATED, MISTAKEN, SALVAGED) or is_shadow(kind) or kind.startswith(LANE_PREFIX)
+    return kind in _APART or is_shadow(kind) or kind.startswith(LANE_PREFIX)
+
+
+_APART = frozenset((ESCALATED, MISTAKEN, SALVAGED, PROMPT_EVALUATED, PROMPT_REUSED))
 
 
 def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
@@ -197,6 +210,10 @@ def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
                 c.mistaken += n
             elif kind == SALVAGED:
                 c.salvaged += n
+            elif kind == PROMPT_EVALUATED:
+                c.evaluated += n
+            elif kind == PROMPT_REUSED:
+                c.reused += n
             elif kind:
                 c.mistakes[kind] = c.mistakes.get(kind, 0) + n
             else:

@@ -70,9 +70,9 @@ class CounterBuffer:
                 continue
             n = pending.get(key)
             if n is not None:
-                pending[key] = n + 1
+                pending[key] = n + ev.n
             elif len(pending) + self._sealed_keys < self.limit:
-                pending[key] = 1
+                pending[key] = ev.n
             else:
                 self.dropped += 1
                 continue

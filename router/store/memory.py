@@ -146,12 +146,12 @@ class MemoryStore(Sessions):
                 self._dropped += 1
                 continue
             key: CounterKey = (tier, route, tool, kind)
-            totals[key] = totals.get(key, 0) + 1
+            totals[key] = totals.get(key, 0) + ev.n
             if b >= oldest:
                 counts = buckets.get(b)
                 if counts is None:
                     counts = buckets[b] = {}
-                counts[key] = counts.get(key, 0) + 1
+                counts[key] = counts.get(key, 0) + ev.n
 
     def _oldest_bucket(self) -> int:
         return bucket_of(time.time() - self.options.retention)

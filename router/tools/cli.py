@@ -145,27 +145,36 @@ def up(
     fast_port: Annotated[int, typer.Option(help="llama.cpp port of the fast tier")] = 8081,
     full_port: Annotated[int, typer.Option(help="llama.cpp port of the full tier")] = 8082,
     fast: Annotated[
-        str, typer.Option(help="the fast tier's model: gemma-3-270m, or qwen2.5-coder-0.5b (fetched the first time)")
-    ] = "gemma-3-270m",
+        str, typer.Option(help="the fast tier's model: qwen2.5-coder-0.5b, or gemma-3-270m (needs scripts/install)")
+    ] = "qwen2.5-coder-0.5b",
+    slots: Annotated[int, typer.Option(help="sessions each Qwen server keeps at once (one for side calls)")] = 4,
+    ctx: Annotated[int, typer.Option(help="tokens per slot (the Qwen models' trained context: 32768)")] = 32768,
 ) -> None:
-    """Run the local demo: two llama.cpp servers (fast: Gemma 3 270M or Qwen2.5-Coder-0.5B; full:
+    """Run the local demo: two llama.cpp servers (fast: Qwen2.5-Coder-0.5B or Gemma 3 270M; full:
     Qwen2.5-Coder-1.5B) and the proxy."""
     from router.tools.local import run_local
 
     _logging("info")
-    raise typer.Exit(run_local(policy=policy, port=port, fast_port=fast_port, full_port=full_port, fast=fast))
+    code = run_local(
+        policy=policy, port=port, fast_port=fast_port, full_port=full_port, fast=fast, slots=slots, ctx=ctx
+    )
+    raise typer.Exit(code)
 
 
 @app.command()
-def models() -> None:
-    """Assemble the local demo's models (fast: Gemma 3 270M, full: Qwen2.5-Coder-1.5B) into the cache
-    once, with progress, and print their paths. Later runs take seconds (nothing is hashed again)."""
+def models(
+    gemma: Annotated[bool, typer.Option(help="also Gemma 3 270M (`up --fast gemma-3-270m`, the e2e suite)")] = False,
+) -> None:
+    """Assemble the local demo's models (fast: Qwen2.5-Coder-0.5B, full: Qwen2.5-Coder-1.5B) into the
+    cache once, with progress, and print their paths. Later runs take seconds (nothing is hashed again)."""
     from router.tools.llama import model_path
-    from router.tools.models import QWEN25_CODER_1_5B, ensure
+    from router.tools.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 
     try:
-        typer.echo(f"fast  {model_path()}")
+        typer.echo(f"fast  {ensure(QWEN25_CODER_0_5B)}")
         typer.echo(f"full  {ensure(QWEN25_CODER_1_5B)}")
+        if gemma:
+            typer.echo(f"gemma {model_path()}")
     except (ImportError, OSError, ValueError) as exc:  # ModelError is a ValueError
         typer.echo(f"cannot prepare the models: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -62,6 +62,9 @@ FULL_CHAT_FORMAT: str | None = None  # the GGUF's template (see the module docst
 LLAMA_CPP = "llama-cpp-python==0.3.36"  # the build scripts/install and scripts/build-llama-server make
 GEMMA_TOOLS_TEMPLATE = Path(__file__).with_name("templates") / "gemma3-tools.jinja"
 READY_TIMEOUT = 120.0  # seconds for each server to answer its readiness URL
+BATCH = 512  # llama-server's --batch-size and --ubatch-size (tokens evaluated per step)
+# MiB of host memory where llama-server keeps prompts a slot let go (restored when one comes back)
+CACHE_RAM = 2048
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL
 _TAIL_BYTES = 16_384
 
@@ -280,20 +283,22 @@ class LlamaServer(Child):
         return f"http://127.0.0.1:{self.port}/v1"
 
 
-def full_server(model: Path, port: int, log_path: Path, *, n_ctx: int = 4096) -> LlamaServer | CppServer:
+def full_server(
+    model: Path, port: int, log_path: Path, *, n_ctx: int = 4096, slots: int = 1
+) -> LlamaServer | CppServer:
     """The local full tier, Qwen2.5-Coder-1.5B-Instruct (router/tools/models.py): on llama.cpp's
     llama-server when scripts/build-llama-server built it (its chat template, `--jinja`), else on
     llama-cpp-python with FULL_CHAT_FORMAT (bench/results/tiers.md compares the two)."""
-    return qwen_server("full", QWEN25_CODER_1_5B, model, port, log_path, n_ctx=n_ctx)
+    return qwen_server("full", QWEN25_CODER_1_5B, model, port, log_path, n_ctx=n_ctx, slots=slots)
 
 
 def qwen_server(
-    name: str, packed: PackedModel, model: Path, port: int, log_path: Path, *, n_ctx: int = 4096
+    name: str, packed: PackedModel, model: Path, port: int, log_path: Path, *, n_ctx: int = 4096, slots: int = 1
 ) -> LlamaServer | CppServer:
-    """A Qwen2.5-Coder tier: on llama-server when it is built (`--jinja`, the GGUF's own template),
-    else on llama-cpp-python with FULL_CHAT_FORMAT."""
+    """A Qwen2.5-Coder tier: on llama-server when it is built (`--jinja`, the GGUF's own template;
+    `slots` slots of `n_ctx` tokens), else on llama-cpp-python with FULL_CHAT_FORMAT (one context)."""
     if llama_server_binary().is_file():
-        return CppServer(name, model, port, log_path, alias=packed.alias, n_ctx=n_ctx)
+        return CppServer(name, model, port, log_path, alias=packed.alias, n_ctx=n_ctx, slots=slots)
     return LlamaServer(name, model, port, log_path, alias=packed.alias, chat_format=FULL_CHAT_FORMAT, n_ctx=n_ctx)
 
 
@@ -321,14 +326,21 @@ def cpp_argv(
     template: Path | None = None,
     threads: int | None = None,
     n_ctx: int = 4096,
+    slots: int = 1,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """llama-server's command line: the Jinja chat template (`template`, else the GGUF's), one slot
-    (a request owns the whole context; its prompt stays cached for the next), cores // 2 threads."""
+    """llama-server's command line: the Jinja chat template (`template`, else the GGUF's), `slots`
+    slots of `n_ctx` tokens each (each keeps its last prompt for the next request that names it:
+    a session's, router/sessions/affinity.py), CACHE_RAM MiB to keep the prompts slots let go (a
+    session whose slot went to another finds its prompt there), cores // 2 threads, and batches of
+    BATCH tokens (a request that gives way — a warm-up cancelled for a live call — stops at the end
+    of one)."""
     threads = threads or max(1, (os.cpu_count() or 2) // 2)
     return [
         str(binary), "--model", str(model), "--alias", alias, "--host", "127.0.0.1", "--port", str(port),
-        "--ctx-size", str(n_ctx), "--parallel", "1", "--threads", str(threads), "--threads-batch", str(threads),
+        "--ctx-size", str(n_ctx * slots), "--parallel", str(slots), "--no-kv-unified", "--cache-ram", str(CACHE_RAM),
+        "--batch-size", str(BATCH), "--ubatch-size", str(BATCH),
+        "--threads", str(threads), "--threads-batch", str(threads),
         "--jinja", *(["--chat-template-file", str(template)] if template else []), "--no-webui", *extra_args,
     ]  # fmt: skip
 
@@ -346,14 +358,18 @@ class CppServer(Child):
         alias: str,
         template: Path | None = None,
         n_ctx: int = 4096,
+        slots: int = 1,
         binary: Path | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
         binary = binary or llama_server_binary()
-        argv = cpp_argv(binary, model, port, alias=alias, template=template, n_ctx=n_ctx, extra_args=extra_args)
+        argv = cpp_argv(
+            binary, model, port, alias=alias, template=template, n_ctx=n_ctx, slots=slots, extra_args=extra_args
+        )
         super().__init__(name, argv, f"http://127.0.0.1:{port}/health", log_path)
         self.port = port
         self.alias = alias
+        self.slots = slots
 
     @property
     def url(self) -> str:

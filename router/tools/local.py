@@ -1,5 +1,10 @@
-"""`agent-router up`: the local demo — two llama.cpp servers (fast: Gemma 3 270M, or with
-`--fast qwen2.5-coder-0.5b` Qwen2.5-Coder-0.5B-Instruct; full: Qwen2.5-Coder-1.5B-Instruct) and the proxy.
+"""`agent-router up`: the local demo — two llama.cpp servers (fast: Qwen2.5-Coder-0.5B-Instruct, or
+with `--fast gemma-3-270m` Gemma 3 270M; full: Qwen2.5-Coder-1.5B-Instruct) and the proxy.
+
+Sized for agents: each Qwen server has `slots` slots of `ctx` tokens (default 4 of 32,768, the
+models' trained context: Claude Code's and Codex's prompts plus a working session), one of them kept
+for side calls; the policy (policies/local.yaml) pins each session to a slot and keeps it warm on
+both tiers (router/sessions, router/core/warming.py). Gemma runs on llama-cpp-python: one context.
 
     port_free()       can the proxy or a server bind 127.0.0.1:port?
     run_local()       fast + full + proxy, a progress display, supervision, a clean stop
@@ -39,7 +44,9 @@ from router.tools.llama import (
 from router.tools.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 
 GEMMA = "gemma-3-270m"
-FAST_MODELS = (GEMMA, QWEN25_CODER_0_5B.alias)  # what `up --fast` takes; the first is the default
+FAST_MODELS = (QWEN25_CODER_0_5B.alias, GEMMA)  # what `up --fast` takes; the first is the default
+SLOTS = 4  # per Qwen server: sessions kept at once (one slot of them for side calls)
+CONTEXT = 32_768  # tokens per slot: the Qwen2.5-Coder models' trained context
 
 __all__ = ["Child", "ChildFailed", "LlamaServer", "model_path", "port_free", "run_local"]
 
@@ -148,12 +155,24 @@ def _show_failure(console: Console, exc: Exception, children: Sequence[Child]) -
             console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def run_local(policy: Path, port: int, fast_port: int, full_port: int, fast: str = GEMMA) -> int:
+def run_local(
+    policy: Path,
+    port: int,
+    fast_port: int,
+    full_port: int,
+    fast: str = FAST_MODELS[0],
+    slots: int = SLOTS,
+    ctx: int = CONTEXT,
+) -> int:
     """Run fast + full llama.cpp servers and the proxy until Ctrl-C/SIGTERM. Returns the exit code.
-    `fast`: one of FAST_MODELS (the policy's fast tier names it through `${FAST_MODEL}`)."""
+    `fast`: one of FAST_MODELS (the policy's fast tier names it through `${FAST_MODEL}`); `slots` and
+    `ctx`: each Qwen server's slots and tokens per slot (the policy reads `${FAST_SLOTS}`, `${FULL_SLOTS}`)."""
     console = Console(highlight=False)
     if fast not in FAST_MODELS:
         console.print(f"[red]--fast must be one of:[/] {', '.join(FAST_MODELS)}")
+        return 1
+    if slots < 1 or ctx < 512:
+        console.print("[red]--slots must be at least 1 and --ctx at least 512[/]")
         return 1
     if not policy.is_file():
         console.print(f"[red]policy file not found:[/] {policy}")
@@ -166,8 +185,8 @@ def run_local(policy: Path, port: int, fast_port: int, full_port: int, fast: str
         console.print(f"[red]port already in use:[/] {', '.join(busy)}")
         return 1
     try:
-        if importlib.util.find_spec("llama_cpp") is None:
-            raise ImportError("llama-cpp-python is missing: pip install 'agent-router[local]'")
+        if fast == GEMMA and importlib.util.find_spec("llama_cpp") is None:
+            raise ImportError("Gemma runs on llama-cpp-python, which is missing: run scripts/install")
         if fast == GEMMA:
             with console.status("Assembling Gemma 3 270M (Q4_K_M) from the installed package…"):
                 fast_model = model_path()
@@ -177,17 +196,25 @@ def run_local(policy: Path, port: int, fast_port: int, full_port: int, fast: str
     except (ImportError, OSError, ValueError) as exc:  # router.tools.models.ModelError is a ValueError
         console.print(f"[red]cannot prepare the models:[/] {exc}")
         return 1
-    env = {**os.environ, "FAST_PORT": str(fast_port), "FULL_PORT": str(full_port), "FAST_MODEL": fast}
     # Gemma on llama-cpp-python's chatml-function-calling (under llama-server it repeats a tools
-    # template); Qwen, like the full tier, on llama-server once it is built
+    # template); Qwen on llama-server once it is built, with slots for sessions
     fast_server = (
-        LlamaServer("fast", fast_model, fast_port, LOG_DIR / "fast.log")
+        LlamaServer("fast", fast_model, fast_port, LOG_DIR / "fast.log", n_ctx=ctx)
         if fast == GEMMA
-        else qwen_server("fast", QWEN25_CODER_0_5B, fast_model, fast_port, LOG_DIR / "fast.log")
+        else qwen_server("fast", QWEN25_CODER_0_5B, fast_model, fast_port, LOG_DIR / "fast.log", n_ctx=ctx, slots=slots)
     )
-    full = full_server(full_model, full_port, LOG_DIR / "full.log")  # on llama-server once it is built
+    full = full_server(full_model, full_port, LOG_DIR / "full.log", n_ctx=ctx, slots=slots)
     if isinstance(full, LlamaServer):
         console.print(f"no {llama_server_binary()} (scripts/build-llama-server): Qwen runs on llama-cpp-python")
+    env = {
+        **os.environ,
+        "FAST_PORT": str(fast_port),
+        "FULL_PORT": str(full_port),
+        "FAST_MODEL": fast,
+        "FAST_SLOTS": str(getattr(fast_server, "slots", 0)),  # Gemma's server has no slots to pin
+        "FULL_SLOTS": str(getattr(full, "slots", 0)),
+        "FAST_WARM": "false" if fast == GEMMA else "true",  # one context: a warm-up would take the live call's
+    }
     serve = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
     proxy = Child("proxy", serve, f"http://127.0.0.1:{port}/healthz", LOG_DIR / "router.log", env=env)
     children: list[Child] = [fast_server, full, proxy]

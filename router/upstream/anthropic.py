@@ -20,6 +20,7 @@ import orjson
 
 from router.errors import UpstreamError, upstream_text
 from router.policy.model import Tier
+from router.sessions import Session
 from router.upstream.base import Chunk, Limits, Native, Reply, native_event
 from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
@@ -35,8 +36,8 @@ class AnthropicUpstream(PooledHTTP):
 
     def __init__(self, tier: str, config: Tier, limits: Limits | None = None) -> None:
         super().__init__(tier, config, limits)
-        base = (config.api_base or ANTHROPIC_API).rstrip("/")
-        self.url, self.warm_url = base + "/v1/messages", base + "/v1/models"
+        base = (config.api_bases[0] if config.api_bases else ANTHROPIC_API).rstrip("/")
+        self.url, self.warm_urls = base + "/v1/messages", (base + "/v1/models",)
         self._headers.update({"accept": "application/json, text/event-stream", "anthropic-version": ANTHROPIC_VERSION})
         if self._key:
             self._headers["x-api-key"] = self._key
@@ -47,10 +48,10 @@ class AnthropicUpstream(PooledHTTP):
         await super().start(warm)
         await self._chat.start(warm)
 
-    async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
+    async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply:
         return await self._chat.complete(body, deadline)
 
-    def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
+    def stream(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
         return self._chat.stream(body, deadline)
 
     def _request(self, native: Native, stream: bool) -> tuple[bytes, dict[str, str]]:
@@ -62,7 +63,7 @@ class AnthropicUpstream(PooledHTTP):
         headers = {k: v for k, v in native.headers.items() if k in FORWARDED_HEADERS}
         return orjson.dumps(body), headers
 
-    async def complete_native(self, native: Native, deadline: float) -> Reply:
+    async def complete_native(self, native: Native, deadline: float, session: Session | None = None) -> Reply:
         data, headers = self._request(native, False)
         return await self.post_json(self.url, data, deadline, self._message, headers)
 
@@ -71,7 +72,7 @@ class AnthropicUpstream(PooledHTTP):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed message", tier=self.tier)
         return Reply(_completion(message), raw, native=message)
 
-    def stream_native(self, native: Native, deadline: float) -> AsyncIterator[Chunk]:
+    def stream_native(self, native: Native, deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
         data, headers = self._request(native, True)
         return self.post_events(self.url, data, deadline, ChatView(self.tier, self._secrets).chunk, headers)
 

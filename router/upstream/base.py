@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeGuard
 import orjson
 
 from router.errors import UpstreamError
+from router.sessions import Session
 from router.settings import default
 
 
@@ -33,11 +34,21 @@ class Limits:
     tripped: Callable[[str], None] = lambda limit: None
 
 
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """How a tier's server read a call's prompt, by its own count: tokens it evaluated, and tokens it
+    reused from its cache (a session's kept prefix: router/sessions/affinity.py)."""
+
+    evaluated: int
+    reused: int
+
+
 @dataclass(slots=True)
 class Reply:
     data: dict[str, Any]
     raw: bytes | None = None  # the upstream's exact body; forwarded untouched when present
     native: dict[str, Any] | None = None  # the answer in the client's own API, from a tier that speaks it
+    prompt: Prompt | None = None  # the server's count of the prompt, where it gives one
 
 
 @dataclass(slots=True)
@@ -46,6 +57,7 @@ class Chunk:
     raw: bytes | None = None  # the upstream's exact JSON of this SSE event
     more: bool = False  # the next event was already received (the transport may coalesce writes)
     native: dict[str, Any] | None = None  # the upstream's event in the client's own API (pass-through)
+    prompt: Prompt | None = None  # the server's count of the prompt (on the event that carries usage)
 
 
 class Tiers(Protocol):
@@ -55,6 +67,9 @@ class Tiers(Protocol):
 
 
 class Upstream(Protocol):
+    """`session`: the call's session (router/sessions), for tiers that keep its prompt prefix on a
+    server slot or replica (`sessions` in the tier's policy); others ignore it."""
+
     tier: str
     dialects: frozenset[str]  # client APIs it also speaks as they are (a `NativeUpstream`); mostly none
 
@@ -62,9 +77,9 @@ class Upstream(Protocol):
 
     async def close(self) -> None: ...
 
-    async def complete(self, body: dict[str, Any], deadline: float) -> Reply: ...
+    async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply: ...
 
-    def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]: ...
+    def stream(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +94,22 @@ class Native:
 class NativeUpstream(Upstream, Protocol):
     """A tier that takes requests of its `dialects` as they are."""
 
-    async def complete_native(self, native: Native, deadline: float) -> Reply: ...
+    async def complete_native(self, native: Native, deadline: float, session: Session | None = None) -> Reply: ...
 
-    def stream_native(self, native: Native, deadline: float) -> AsyncIterator[Chunk]: ...
+    def stream_native(
+        self, native: Native, deadline: float, session: Session | None = None
+    ) -> AsyncIterator[Chunk]: ...
+
+
+class Prefills(Protocol):
+    """A tier that can read a prompt into its cache without answering it (a session's warm-up,
+    router/core/warming.py)."""
+
+    async def prefill(self, body: dict[str, Any], session: Session, deadline: float) -> None: ...
+
+
+def prefills(upstream: Upstream) -> TypeGuard[Prefills]:
+    return callable(getattr(upstream, "prefill", None))
 
 
 def speaks(upstream: Upstream, dialect: str) -> TypeGuard[NativeUpstream]:

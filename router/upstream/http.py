@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import Any, NoReturn, TypeVar
 
 import aiohttp
@@ -63,10 +63,11 @@ class _Connector(aiohttp.TCPConnector):
 
 
 class PooledHTTP:
-    """A tier's aiohttp session. Subclasses set `url` (where calls go), `warm_url` and `_headers`."""
+    """A tier's aiohttp session. Subclasses set `url` (where calls go), `warm_urls` (one per server)
+    and `_headers`."""
 
     url = ""
-    warm_url = ""
+    warm_urls: tuple[str, ...] = ()
 
     def __init__(self, tier: str, config: Tier, limits: Limits | None = None) -> None:
         self.tier = tier
@@ -98,13 +99,14 @@ class PooledHTTP:
             log.warning("tier %s: no answer from its server at start-up; will retry on the first call", self.tier)
 
     async def warm(self) -> int:
-        """Open `warm_connections` keep-alive connections (GET `warm_url`). Returns how many answered."""
+        """Open `warm_connections` keep-alive connections to each server (GET its `warm_urls` entry).
+        Returns how many answered."""
         assert self._session is not None
         timeout = aiohttp.ClientTimeout(total=self.config.timeouts.connect + 2)
 
-        async def one() -> bool:
+        async def one(url: str) -> bool:
             try:
-                async with self._session.get(self.warm_url, timeout=timeout) as resp:  # type: ignore[union-attr]
+                async with self._session.get(url, timeout=timeout) as resp:  # type: ignore[union-attr]
                     await self._body(resp)  # bounded as an answer is: a server's list of models may not be
                     return resp.status < 500
             except Oversized as exc:
@@ -114,7 +116,9 @@ class PooledHTTP:
                 return False
 
         self.last_used = asyncio.get_running_loop().time()
-        return sum(await asyncio.gather(*(one() for _ in range(self.config.warm_connections))))
+        return sum(
+            await asyncio.gather(*(one(url) for url in self.warm_urls for _ in range(self.config.warm_connections)))
+        )
 
     async def keep_warm(self) -> None:
         """Use the warm connections again whenever the tier has been idle — no call in flight, none
@@ -188,7 +192,7 @@ class PooledHTTP:
         deadline: float,
         convert: Callable[[bytes], Chunk],
         headers: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncGenerator[Chunk, None]:
         """POST, read an SSE stream up to `[DONE]` or its end, and `convert` each event's `data:`
         payload to a chunk (`more` set when the next event was already received). `first_token`
         bounds the wait for the first event; failures are `UpstreamError`s; closing the iterator

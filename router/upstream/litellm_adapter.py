@@ -15,6 +15,7 @@ from typing import Any
 
 from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
 from router.policy.model import Tier
+from router.sessions import Session
 from router.upstream.base import Chunk, Reply
 
 # The fields of a client's body that reach litellm: the OpenAI request (plus `thinking`/`top_k`, which
@@ -71,8 +72,8 @@ class LitellmUpstream:
             timeout=min(self.config.timeouts.total, remaining),
             num_retries=0,
         )
-        if self.config.api_base:
-            kwargs["api_base"] = self.config.api_base
+        if self.config.api_bases:
+            kwargs["api_base"] = self.config.api_bases[0]
         if self.config.api_key:
             kwargs["api_key"] = self.config.api_key.get_secret_value()
         return kwargs
@@ -92,7 +93,7 @@ class LitellmUpstream:
             return UpstreamStatus(message, tier=self.tier, upstream_status=status)
         return UpstreamError(f"tier {self.tier!r} failed ({type(exc).__name__})", tier=self.tier)
 
-    async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
+    async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply:
         try:
             async with asyncio.timeout(self.config.timeouts.first_token):
                 resp = await self._litellm.acompletion(**self._kwargs(body, deadline, stream=False))
@@ -100,7 +101,9 @@ class LitellmUpstream:
             raise self._failure(exc) from None
         return Reply(resp.model_dump(exclude_none=True))
 
-    async def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
+    async def stream(
+        self, body: dict[str, Any], deadline: float, session: Session | None = None
+    ) -> AsyncIterator[Chunk]:
         try:
             async with asyncio.timeout(self.config.timeouts.first_token):
                 resp = await self._litellm.acompletion(**self._kwargs(body, deadline, stream=True))

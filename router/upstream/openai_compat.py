@@ -1,5 +1,10 @@
 """OpenAI-compatible tiers (llama.cpp, vLLM, Ollama, SGLang, OpenAI): a pooled aiohttp pass-through.
 
+A tier keeps each session's prompt prefix where its policy says (`sessions`, router/sessions/affinity.py):
+on one replica of an `api_base` list, and on llama.cpp's llama-server in one slot (`id_slot` +
+`cache_prompt`); `prefill` reads a session's prompt into its slot ahead of a call (router/core/warming.py).
+The server's own count of each prompt — tokens evaluated and reused — comes with the answer (`Prompt`).
+
 A tier with `apis: [responses]` also takes Responses calls as they are (`complete_native` /
 `stream_native`, POST {api_base}/responses); router/upstream/responses_view.py has what that needs.
 
@@ -19,7 +24,9 @@ import orjson
 
 from router.errors import UpstreamError, upstream_text
 from router.policy.model import Tier
-from router.upstream.base import Chunk, Limits, Native, Reply
+from router.sessions import Session
+from router.sessions.affinity import Affinity
+from router.upstream.base import Chunk, Limits, Native, Prompt, Reply, token_count
 from router.upstream.http import PooledHTTP
 from router.upstream.responses_tools import ToolMap
 from router.upstream.responses_view import ChatView, completion_of
@@ -30,16 +37,22 @@ log = logging.getLogger("router.upstream")
 class OpenAICompatUpstream(PooledHTTP):
     def __init__(self, tier: str, config: Tier, limits: Limits | None = None) -> None:
         super().__init__(tier, config, limits)
-        base = config.api_base.rstrip("/") if config.api_base else ""
-        self.url, self.warm_url = base + "/chat/completions", base + "/models"
-        self.responses_url = base + "/responses"
+        bases = [b.rstrip("/") for b in config.api_bases] or [""]
+        self.urls = [b + "/chat/completions" for b in bases]  # per replica
+        self.responses_urls = [b + "/responses" for b in bases]
+        self.url, self.responses_url = self.urls[0], self.responses_urls[0]
+        self.warm_urls = tuple(b + "/models" for b in bases)
+        sessions = config.sessions
+        self.affinity = Affinity(len(bases), sessions.slots, sessions.side_slots)  # router/sessions/affinity.py
         self.dialects: frozenset[str] = frozenset(config.apis)  # client APIs passed through (`complete_native`)
         self._headers["accept"] = "application/json, text/event-stream"
         if self._key:
             self._headers["authorization"] = f"Bearer {self._key}"
 
-    def _payload(self, body: dict[str, Any], stream: bool) -> bytes:
+    def _payload(self, body: dict[str, Any], stream: bool, slot: int | None = None) -> bytes:
         out = {**self.config.defaults, **body, **self.config.params, "model": self.config.upstream_model}
+        if slot is not None:  # llama.cpp's llama-server: this slot, whose kept prompt is the session's
+            out["id_slot"], out["cache_prompt"] = slot, True
         if "tool_choice" not in body and not body.get("tools"):
             out.pop("tool_choice", None)  # a default tool_choice means nothing, and is an error, without tools
         if stream:
@@ -59,23 +72,52 @@ class OpenAICompatUpstream(PooledHTTP):
         """The JSON body a non-streamed chat request sends to this tier (defaults, params, `tools_system`)."""
         return self._payload(body, False)
 
-    async def complete(self, body: dict[str, Any], deadline: float) -> Reply:
+    async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply:
         legacy = "functions" in body  # a client of the legacy API reads `function_call`; others never
-        payload = self._payload(body, False)
-        return await self.post_json(self.url, payload, deadline, lambda raw, data: self._reply(raw, data, legacy))
+        lease = self.affinity.place(session)
+        try:
+            payload = self._payload(body, False, lease.slot)
+            return await self.post_json(
+                self.urls[lease.replica], payload, deadline, lambda raw, data: self._reply(raw, data, legacy)
+            )
+        finally:
+            lease.release()
 
-    def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
+    async def stream(
+        self, body: dict[str, Any], deadline: float, session: Session | None = None
+    ) -> AsyncIterator[Chunk]:
         heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
-        return self.post_events(
-            self.url, self._payload(body, True), deadline, lambda raw: _without_repeated_heads(self._chunk(raw), heads)
-        )
+        lease = self.affinity.place(session)
+        try:
+            payload = self._payload(body, True, lease.slot)
+            url = self.urls[lease.replica]
+            events = self.post_events(url, payload, deadline, lambda r: _without_repeated_heads(self._chunk(r), heads))
+            try:
+                async for chunk in events:
+                    yield chunk
+            finally:
+                await events.aclose()
+        finally:
+            lease.release()
+
+    async def prefill(self, body: dict[str, Any], session: Session, deadline: float) -> None:
+        """Read `body`'s prompt into the session's slot (or replica) and answer nothing: a warm-up
+        (router/core/warming.py). One token is generated: a server evaluates a prompt for an answer."""
+        lease = self.affinity.place(session)
+        try:
+            warm = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "n", "logprobs")}
+            payload = self._payload({**warm, "max_tokens": 1}, False, lease.slot)
+            await self.post_json(self.urls[lease.replica], payload, deadline, lambda raw, data: Reply(data))
+        finally:
+            lease.release()
 
     def _reply(self, raw: bytes, data: dict[str, Any], legacy: bool = False) -> Reply:
         if problem := _malformed(data, "message"):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
+        prompt = prompt_of(data)
         if not legacy and _drop_legacy_call(data):
-            return Reply(data)  # re-encoded without it
-        return Reply(data, raw)
+            return Reply(data, prompt=prompt)  # re-encoded without it
+        return Reply(data, raw, prompt=prompt)
 
     def _native_payload(self, native: Native, stream: bool) -> bytes:
         body = {**self.config.defaults, **native.body, **self.config.params, "model": self.config.upstream_model}
@@ -84,17 +126,17 @@ class OpenAICompatUpstream(PooledHTTP):
         body["stream"] = stream
         return orjson.dumps(body)
 
-    async def complete_native(self, native: Native, deadline: float) -> Reply:
+    async def complete_native(self, native: Native, deadline: float, session: Session | None = None) -> Reply:
         """A Responses request, passed through (router/upstream/responses_view.py)."""
         tools = ToolMap.of_request(native.body)
         payload = self._native_payload(native, False)
-        return await self.post_json(
-            self.responses_url, payload, deadline, lambda raw, data: _response(raw, data, tools)
-        )
+        url = self.responses_urls[self.affinity.place(session).replica]
+        return await self.post_json(url, payload, deadline, lambda raw, data: _response(raw, data, tools))
 
-    def stream_native(self, native: Native, deadline: float) -> AsyncIterator[Chunk]:
+    def stream_native(self, native: Native, deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
         view = ChatView(self.tier, self._secrets, ToolMap.of_request(native.body))
-        return self.post_events(self.responses_url, self._native_payload(native, True), deadline, view.chunk)
+        url = self.responses_urls[self.affinity.place(session).replica]
+        return self.post_events(url, self._native_payload(native, True), deadline, view.chunk)
 
     def _chunk(self, raw: bytes) -> Chunk:
         try:
@@ -108,7 +150,21 @@ class OpenAICompatUpstream(PooledHTTP):
             raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)
         if problem := _malformed(data, "delta"):
             raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event ({problem})", tier=self.tier)
-        return Chunk(data, raw)
+        return Chunk(data, raw, prompt=prompt_of(data) if "usage" in data or "timings" in data else None)
+
+
+def prompt_of(data: dict[str, Any]) -> Prompt | None:
+    """The server's own count of the prompt: llama.cpp's `timings` (`prompt_n` evaluated, `cache_n`
+    reused), else OpenAI's `usage.prompt_tokens_details.cached_tokens` (OpenAI, vLLM, SGLang)."""
+    timings = data.get("timings")
+    if isinstance(timings, dict) and "prompt_n" in timings:
+        return Prompt(token_count(timings.get("prompt_n")), token_count(timings.get("cache_n")))
+    usage = data.get("usage")
+    if not isinstance(usage, dict) or "prompt_tokens" not in usage:
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return Prompt(max(0, token_count(usage.get("prompt_tokens")) - cached), cached)
 
 
 def _response(raw: bytes, response: dict[str, Any], tools: ToolMap) -> Reply:

@@ -9,6 +9,7 @@ answered nothing with a 4xx/5xx (nor an `error` event on a WebSocket).
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,18 @@ def tool_loop(requests: list[dict[str, Any]]) -> None:
     assert result_ids and result_ids <= call_ids  # every result answers a call the tier saw
 
 
+def prefix_kept(requests: list[dict[str, Any]]) -> None:
+    """What the tier sees of a session's main loop only grows: each call's messages start with the
+    previous call's, byte for byte as the router rewrote them, and its tools are the same — so a
+    server that kept the previous prompt (router/sessions/affinity.py) reads only the new tokens."""
+    main = [b for b in requests if b.get("tools")]
+    assert len(main) >= 2
+    for before, after in itertools.pairwise(main):
+        assert orjson.dumps(after["tools"]) == orjson.dumps(before["tools"])
+        n = len(before["messages"])
+        assert orjson.dumps(after["messages"][:n]) == orjson.dumps(before["messages"]), (n, len(after["messages"]))
+
+
 async def test_claude_code(stack: Stack, tmp_path: Path) -> None:
     claude = cli("claude")
     home, work = workdir(tmp_path)
@@ -46,6 +59,7 @@ async def test_claude_code(stack: Stack, tmp_path: Path) -> None:
     assert any(path == "/v1/messages" for _, path, _ in stack.seen.http)
     requests = await stack.chat_requests()
     tool_loop([b for b in requests if b.get("tools")])  # side calls (titles, ...) carry no tools
+    prefix_kept(requests)
     assert any(m["role"] == "system" for b in requests for m in b["messages"][1:])  # mid-conversation system
 
 
@@ -91,3 +105,4 @@ async def test_codex(stack: Stack, tmp_path: Path, transport: str) -> None:
     else:
         assert posts and stack.seen.websockets == []
     tool_loop(await stack.chat_requests())
+    prefix_kept(await stack.chat_requests())

@@ -90,7 +90,7 @@ class Reads(Scripted):
         super().__init__(tier, [])
         self.reads = reads
 
-    async def stream(self, body: dict[str, Any], deadline: float) -> AsyncIterator[Chunk]:
+    async def stream(self, body: dict[str, Any], deadline: float, session: Any = None) -> AsyncIterator[Chunk]:
         self.bodies.append(body)
         for read in self.reads:
             for i, delta in enumerate(read):

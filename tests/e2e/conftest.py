@@ -69,13 +69,26 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
 
 @pytest.fixture
 async def local_proxy(llama: Llama, proxy_: Callable[..., Awaitable[Proxy]], monkeypatch: pytest.MonkeyPatch) -> Proxy:
-    """policies/local.yaml as shipped; only the ports (its ${FAST_PORT}/${FULL_PORT}) and the store differ."""
+    """policies/local.yaml as shipped; only the ports (its ${FAST_PORT}/${FULL_PORT}), the store and
+    what `up --fast gemma-3-270m` sets differ: Gemma on llama-cpp-python, whose one context has no
+    slots to pin a session to nor room for a warm-up beside a live call."""
     for server in (llama.fast, llama.full):
         if server.returncode is not None:
             pytest.fail(f"llama.cpp {server.name} died:\n" + "\n".join(server.tail()))
-    monkeypatch.setenv("FAST_PORT", str(llama.fast.port))
-    monkeypatch.setenv("FULL_PORT", str(llama.full.port))
+    gemma_tiers(monkeypatch, llama.fast.port, llama.full.port)
     return await proxy_(LOCAL_POLICY.read_text(), store="memory://")
+
+
+def gemma_tiers(monkeypatch: pytest.MonkeyPatch, fast_port: int, full_port: int, full_slots: int = 0) -> None:
+    """policies/local.yaml's environment for a Gemma fast tier (as `up --fast gemma-3-270m` sets it) and
+    a full tier of `full_slots` slots (0: llama-cpp-python's one context), no warm-ups."""
+    monkeypatch.setenv("FAST_PORT", str(fast_port))
+    monkeypatch.setenv("FULL_PORT", str(full_port))
+    monkeypatch.setenv("FAST_MODEL", "gemma-3-270m")
+    monkeypatch.setenv("FAST_SLOTS", "0")
+    monkeypatch.setenv("FULL_SLOTS", str(full_slots))
+    for name in ("FAST_WARM", "FULL_WARM"):
+        monkeypatch.setenv(name, "false")
 
 
 @pytest.fixture

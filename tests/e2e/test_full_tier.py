@@ -24,7 +24,7 @@ from router.tools.llama import ChildFailed, CppServer, LlamaServer, full_server
 from router.tools.models import QWEN25_CODER_1_5B, ensure
 from router.upstream.openai_compat import OpenAICompatUpstream
 from tests.conftest import Proxy
-from tests.e2e.conftest import LOCAL_POLICY, N_CTX, READY_TIMEOUT, Llama
+from tests.e2e.conftest import LOCAL_POLICY, N_CTX, READY_TIMEOUT, Llama, gemma_tiers
 
 pytestmark = [pytest.mark.llama, pytest.mark.timeout(600)]
 
@@ -67,8 +67,7 @@ async def real_tiers(
     proxy_: Callable[..., Awaitable[Proxy]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[openai.AsyncOpenAI]:
-    monkeypatch.setenv("FAST_PORT", str(llama.fast.port))
-    monkeypatch.setenv("FULL_PORT", str(qwen.port))
+    gemma_tiers(monkeypatch, llama.fast.port, qwen.port, full_slots=getattr(qwen, "slots", 0))
     proxy = await proxy_(LOCAL_POLICY.read_text(), store="memory://")
     sdk = openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0, timeout=540.0)
     yield sdk

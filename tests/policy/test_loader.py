@@ -122,7 +122,12 @@ def test_local_policy_takes_ports_from_env() -> None:
     policy = load_policy(path, {"FAST_PORT": "18081", "FULL_PORT": "18082"})
     assert policy.models["fast"].api_base == "http://127.0.0.1:18081/v1"
     assert policy.models["full"].api_base == "http://127.0.0.1:18082/v1"
-    assert policy.models["fast"].upstream_model == "gemma-3-270m"
+    assert policy.models["fast"].upstream_model == "qwen2.5-coder-0.5b"
+    assert policy.models["fast"].sessions.slots == policy.models["full"].sessions.slots == 4
+    assert policy.models["fast"].sessions.warm and policy.models["full"].sessions.warm
+    gemma = load_policy(path, {"FAST_MODEL": "gemma-3-270m", "FAST_SLOTS": "0", "FAST_WARM": "false"})
+    assert gemma.models["fast"].upstream_model == "gemma-3-270m"
+    assert gemma.models["fast"].sessions.slots == 0 and not gemma.models["fast"].sessions.warm
 
 
 def test_anthropic_example_needs_its_key() -> None:

@@ -281,14 +281,14 @@ async def test_chain_keeps_its_session_and_history() -> None:
     state.put(first.id, entry)
     follow = {"model": "auto", "input": "and then?", "previous_response_id": first.id}
     second = prepare(follow, {}, await previous(follow, None, state), stream=False)
-    assert second.call.session == first.call.session
+    assert second.call.session.id == first.call.session.id
     assert second.call.body["messages"] == [
         {"role": "user", "content": "hello"},
         {"role": "assistant", "content": "hi"},
         {"role": "user", "content": "and then?"},
     ]
     with_header = prepare(follow, {"x-session-id": "mine"}, await previous(follow, None, state), stream=False)
-    assert with_header.call.session == "mine"
+    assert with_header.call.session.id == "mine"
     with pytest.raises(PreviousResponseNotFound) as err:
         await previous({"previous_response_id": "resp_gone"}, None, state)
     assert err.value.code == "previous_response_not_found" and err.value.http_status == 400

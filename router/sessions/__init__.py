@@ -1,0 +1,27 @@
+"""Sessions: one agent conversation across many calls, and everything the router keeps for it.
+
+An agent lives in a session — a long, stable prompt prefix, many turns, side calls, escalations,
+failures that repeat. This package is where the concept lives:
+
+    identity.py   Session, session_of: which conversation a call belongs to, per client API, and
+                  which of its prompts (its prefix: instructions + tools; side calls)
+    affinity.py   Affinity: which server slot (llama.cpp `id_slot`) and which replica (`api_base`
+                  list) keeps a session's prompt prefix on a tier, so that a turn evaluates only its
+                  new tokens and side calls never evict a main prompt
+
+What the router holds per session, and where:
+
+    stickiness        after an agent-reported error, the next calls go to the escalation tier:
+                      router/core/feedback.py, kept in the store (`sticky_set` / `sticky_take`)
+    routed calls      which tier made each tool call the agent got, to attribute the errors it
+                      reports later: the store (`routed_put` / `routed_take`)
+    response chains   Responses `previous_response_id` → the conversation so far:
+                      router/core/response_state.py, the store's responses
+    prefix affinity   slot and replica per tier: affinity.py, in the tier's client (process-local)
+    warm prefixes     tiers a session may be escalated to keep its prefix, prefilled in the
+                      background: router/core/warming.py
+"""
+
+from router.sessions.identity import SESSION_HEADER, Session, session_of
+
+__all__ = ["SESSION_HEADER", "Session", "session_of"]

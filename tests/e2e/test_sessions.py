@@ -1,0 +1,181 @@
+"""An agent session on real llama.cpp servers (llama-server, Qwen2.5-Coder-0.5B on both tiers, three
+slots each) behind policies/local.yaml as `up` runs it: each turn evaluates only what it adds, on
+the tier that answered before and on a tier that never did (warmed in the background), and side
+calls do not evict the session's prompt. Counts are the servers' own (`x-router-prompt-tokens`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from router.tools.llama import ChildFailed, CppServer, llama_server_binary
+from router.tools.models import QWEN25_CODER_0_5B, ensure
+from tests.conftest import Proxy
+from tests.e2e.conftest import LOCAL_POLICY, READY_TIMEOUT
+
+pytestmark = [pytest.mark.llama, pytest.mark.timeout(600)]
+
+SLOTS = 3
+RULES = "\n".join(
+    f"{i}. Rule {i}: keep file {i} tidy, name things for what they are, test change {i}." for i in range(120)
+)
+SYSTEM = f"You are a coding agent working in a repository. Follow these house rules:\n{RULES}"
+TOOLS = [
+    {"type": "function", "function": {"name": "read_file", "description": "Read a file of the repository.",
+     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+    {"type": "function", "function": {"name": "list_files", "description": "List the files of a directory.",
+     "parameters": {"type": "object", "properties": {"dir": {"type": "string"}}, "required": ["dir"]}}},
+]  # fmt: skip
+RESULT = "\n".join(f"line {i}: the router sits between agents and their models" for i in range(20))
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def qwen_tiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CppServer, CppServer]]:
+    if not llama_server_binary().is_file():
+        pytest.fail(f"no llama-server at {llama_server_binary()}: scripts/install builds it")
+    model = ensure(QWEN25_CODER_0_5B, show_progress=False)  # cached by scripts/install
+    logs = tmp_path_factory.mktemp("sessions")
+    servers = tuple(
+        CppServer(
+            name, model, _free_port(), logs / f"{name}.log", alias=QWEN25_CODER_0_5B.alias, n_ctx=4096, slots=SLOTS
+        )
+        for name in ("fast", "full")
+    )
+    try:
+        for server in servers:
+            server.start()
+        for server in servers:
+            server.wait_ready(READY_TIMEOUT)
+    except (ChildFailed, TimeoutError) as exc:
+        for server in servers:
+            server.stop()
+        pytest.fail(f"llama-server did not start: {exc}\n" + "\n".join(servers[0].tail()))
+    try:
+        yield servers[0], servers[1]
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture
+async def session_proxy(
+    qwen_tiers: tuple[CppServer, CppServer],
+    proxy_: Callable[..., Awaitable[Proxy]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[tuple[Proxy, openai.AsyncOpenAI]]:
+    fast, full = qwen_tiers
+    for name, value in (
+        ("FAST_PORT", fast.port),
+        ("FULL_PORT", full.port),
+        ("FAST_SLOTS", SLOTS),
+        ("FULL_SLOTS", SLOTS),
+    ):
+        monkeypatch.setenv(name, str(value))
+    proxy = await proxy_(LOCAL_POLICY.read_text(), store="memory://")
+    sdk = openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0, timeout=300.0)
+    yield proxy, sdk
+    await sdk.close()
+
+
+def counts(headers: Any) -> tuple[int, int]:
+    """(evaluated, reused) from `x-router-prompt-tokens: evaluated=N reused=M`."""
+    parts = dict(p.split("=") for p in headers["x-router-prompt-tokens"].split())
+    return int(parts["evaluated"]), int(parts["reused"])
+
+
+async def turn(sdk: openai.AsyncOpenAI, messages: list[dict[str, Any]], model: str = "auto", **kw: Any) -> Any:
+    raw = await sdk.chat.completions.with_raw_response.create(
+        model=model,
+        messages=messages,
+        max_tokens=24,
+        extra_headers={"x-session-id": "agent-1"},
+        **kw,  # type: ignore[arg-type]
+    )
+    return raw
+
+
+def next_turn(messages: list[dict[str, Any]], raw: Any) -> list[dict[str, Any]]:
+    """The conversation after `raw`'s answer, with a tool result (or the user's next word)."""
+    message = raw.parse().choices[0].message
+    answer = message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"})
+    answer.setdefault("content", "")
+    calls = message.tool_calls or []
+    follow = [{"role": "tool", "tool_call_id": c.id, "content": RESULT} for c in calls] or [
+        {"role": "user", "content": f"Go on. Here is the file:\n{RESULT}"}
+    ]
+    return [*messages, answer, *follow]
+
+
+async def settled(proxy: Proxy, tier: str) -> None:
+    """Until the warm-ups queued for `tier` are done (bounded)."""
+    for _ in range(600):
+        if proxy.router.warming.pending(tier) == 0:
+            return
+        await asyncio.sleep(0.2)
+    pytest.fail(f"the warm-ups of {tier} did not finish in 120 s")
+
+
+async def test_each_turn_reads_only_what_it_adds_on_every_tier(session_proxy: tuple[Proxy, openai.AsyncOpenAI]) -> None:
+    proxy, sdk = session_proxy
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Read notes.txt."},
+    ]
+    first = await turn(sdk, messages, tools=TOOLS)
+    assert first.headers["x-router-tier"] == "fast"
+    evaluated, reused = counts(first.headers)
+    total = evaluated + reused
+    assert total > 1500  # a long prompt, read once
+
+    # turn 2 on fast: the slot kept the session's prompt
+    messages = next_turn(messages, first)
+    second = await turn(sdk, messages, tools=TOOLS)
+    assert second.headers["x-router-tier"] == "fast"
+    evaluated, reused = counts(second.headers)
+    added = evaluated + reused - total
+    assert reused >= total - 2 and evaluated <= 1.1 * added + 4, (evaluated, reused, added)
+    total = evaluated + reused
+
+    # side calls of the session (no tools, small) on both tiers: they take the side slot
+    for model in ("fast", "full"):
+        side = await turn(sdk, [{"role": "user", "content": "A three-word title for this chat?"}], model=model)
+        assert side.headers["x-router-tier"] == model
+
+    # turn 3 lands on full, which never answered this session: warmed in the background meanwhile
+    await settled(proxy, "full")
+    messages = next_turn(messages, second)
+    third = await turn(sdk, messages, model="full", tools=TOOLS)
+    assert third.headers["x-router-tier"] == "full"
+    evaluated, reused = counts(third.headers)
+    added = evaluated + reused - total
+    assert reused >= total - 2 and evaluated <= 1.1 * added + 4, (evaluated, reused, added)
+    total = evaluated + reused
+
+    # turn 4 back on fast: fast read turn 3's prompt and answer meanwhile; the side call evicted nothing
+    await settled(proxy, "fast")
+    messages = next_turn(messages, third)
+    fourth = await turn(sdk, messages, tools=TOOLS)
+    assert fourth.headers["x-router-tier"] == "fast"
+    evaluated, reused = counts(fourth.headers)
+    added = evaluated + reused - total
+    assert reused >= total - 2 and evaluated <= 1.1 * added + 4, (evaluated, reused, added)
+
+    async with httpx.AsyncClient(base_url=proxy.base, timeout=10) as http:
+        await proxy.router.store.flush()
+        stats = (await http.get("/v1/router/stats")).json()
+        metrics = (await http.get("/metrics")).text
+    assert stats["tiers"]["fast"]["prompt_tokens"]["reused"] > 3 * 1500
+    assert 'router_warm_ups_total{outcome="done",tier="full"}' in metrics
