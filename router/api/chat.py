@@ -32,6 +32,8 @@ async def completions(request: Request) -> Response:
 
 
 def _data(chunk: Chunk) -> bytes:
+    if chunk.beat:  # no answer yet (router/core/pipeline.py's `stream`): an SSE comment keeps the stream alive
+        return b": keep-alive\n\n"
     return b"".join((b"data: ", chunk.raw if chunk.raw is not None else orjson.dumps(chunk.data), b"\n\n"))
 
 

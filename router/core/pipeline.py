@@ -21,6 +21,8 @@ a mistake found before anything was sent escalates invisibly.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -88,13 +90,50 @@ async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:
 
 async def stream(router: Runtime, call: Call) -> tuple[Trace, AsyncIterator[Chunk]]:
     """Chunks ready to send, as one stream. Failures before the first chunk raise here (a plain
-    HTTP error is still possible); later ones raise from the iterator (the transport frames them)."""
+    HTTP error is still possible); later ones raise from the iterator (the transport frames them).
+
+    A first chunk that takes longer than `stream_keepalive` seconds (a cold prompt on a CPU server
+    reads for minutes) does not keep the client waiting in silence — agents give up on a stream that
+    sends nothing (Claude Code after 360 s): the stream starts with a keep-alive (`Chunk.beat`), one
+    every `stream_keepalive` seconds until the answer comes, which each transport frames as its API
+    does (an SSE comment, Anthropic's `ping`, Responses' `response.in_progress`). Nothing of an
+    answer was sent meanwhile: an escalation is still invisible; a failure is an error event."""
     trace = await begin(router, call)
     chunks = _joined(router, trace)
-    first = await anext(chunks, None)
-    if first is None:  # not one chunk from any tier: nothing the client could read as an answer
+    every = router.settings.stream_keepalive
+    first = asyncio.ensure_future(anext(chunks, None))
+    try:
+        await asyncio.wait({first}, timeout=every or None)
+    except BaseException:
+        first.cancel()
+        raise
+    if first.done():
+        return trace, _prepend(_first(trace, first.result()), chunks)
+    return trace, _beating(trace, first, chunks, every)
+
+
+def _first(trace: Trace, chunk: Chunk | None) -> Chunk:
+    if chunk is None:  # not one chunk from any tier: nothing the client could read as an answer
         raise UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
-    return trace, _prepend(first, chunks)
+    return chunk
+
+
+async def _beating(
+    trace: Trace, first: asyncio.Future[Chunk | None], rest: AsyncIterator[Chunk], every: float
+) -> AsyncIterator[Chunk]:
+    """Keep-alives every `every` seconds until `first` is in, then the stream."""
+    try:
+        yield Chunk({}, beat=True)
+        while not (await asyncio.wait({first}, timeout=every))[0]:
+            yield Chunk({}, beat=True)
+    finally:
+        if not first.done():  # the client left meanwhile: the attempt in flight ends with it
+            first.cancel()
+            with contextlib.suppress(BaseException):
+                await first
+    yield _first(trace, first.result())
+    async for chunk in rest:
+        yield chunk
 
 
 async def _joined(router: Runtime, trace: Trace) -> AsyncIterator[Chunk]:

@@ -50,6 +50,8 @@ class MessageEvents:
         self._has_calls = False
 
     def feed(self, chunk: Chunk) -> list[Event]:
+        if chunk.beat:  # no answer yet: the stream starts, and Anthropic's keep-alive is `ping`
+            return self._start(chunk) if not self.started else [{"type": "ping"}]
         out = [] if self.started else self._start(chunk)
         if chunk.native is not None:
             return out + self._native_event(chunk.native)

@@ -172,9 +172,10 @@ async def events(turn: Turn, trace: Trace, chunks: AsyncIterator[Chunk], save: S
     b = event_builder(turn)
     try:
         first = await anext(chunks, None)
-        for ev in b.start(first.data if first is not None else None):
+        answer = first if first is not None and not first.beat else None  # a keep-alive: no answer yet
+        for ev in b.start(answer.data if answer is not None else None):
             yield ev
-        for ev in _feed(b, first) if first is not None else ():
+        for ev in _feed(b, answer) if answer is not None else ():
             yield ev
         async for chunk in chunks:
             for ev in _feed(b, chunk):
@@ -196,6 +197,8 @@ async def events(turn: Turn, trace: Trace, chunks: AsyncIterator[Chunk], save: S
 
 
 def _feed(b: EventBuilder, chunk: Chunk) -> list[Event]:
+    if chunk.beat:  # no answer yet (the stream started with `response.created`): a keep-alive
+        return [b.event("response.in_progress", response=b.response("in_progress"))]
     return b.feed(chunk.data) if chunk.native is None else b.feed_native(chunk.native, chunk.data)
 
 

@@ -58,6 +58,7 @@ class Chunk:
     more: bool = False  # the next event was already received (the transport may coalesce writes)
     native: dict[str, Any] | None = None  # the upstream's event in the client's own API (pass-through)
     prompt: Prompt | None = None  # the server's count of the prompt (on the event that carries usage)
+    beat: bool = False  # no answer yet: a keep-alive for the client (router/core/pipeline.py's `stream`)
 
 
 class Tiers(Protocol):

@@ -100,7 +100,7 @@ async def turn(sdk: openai.AsyncOpenAI, messages: list[dict[str, Any]], model: s
     raw = await sdk.chat.completions.with_raw_response.create(
         model=model,
         messages=messages,
-        max_tokens=24,
+        max_tokens=96,
         extra_headers={"x-session-id": "agent-1"},
         **kw,  # type: ignore[arg-type]
     )
