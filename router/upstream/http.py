@@ -107,7 +107,9 @@ class PooledHTTP:
         async def one(url: str) -> bool:
             try:
                 async with self._session.get(url, timeout=timeout) as resp:  # type: ignore[union-attr]
-                    await self._body(resp)  # bounded as an answer is: a server's list of models may not be
+                    body = await self._body(resp)  # bounded as an answer is: a server's list of models may not be
+                    if resp.status == 200:
+                        self._warmed(body)
                     return resp.status < 500
             except Oversized as exc:
                 self.limits.tripped(exc.limit)
@@ -119,6 +121,9 @@ class PooledHTTP:
         return sum(
             await asyncio.gather(*(one(url) for url in self.warm_urls for _ in range(self.config.warm_connections)))
         )
+
+    def _warmed(self, body: bytes) -> None:
+        """What a server answered to a warm-up (its model list), for a subclass to learn from."""
 
     async def keep_warm(self) -> None:
         """Use the warm connections again whenever the tier has been idle — no call in flight, none

@@ -16,6 +16,7 @@ once with orjson (the pool, warm-up and SSE reader are `PooledHTTP`'s, in http.p
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,7 +26,8 @@ import orjson
 from router.errors import UpstreamError, upstream_text
 from router.policy.model import Tier
 from router.sessions import Session
-from router.sessions.affinity import Affinity
+from router.sessions.affinity import Affinity, Lease
+from router.upstream import llama_cpp
 from router.upstream.base import Chunk, Limits, Native, Prompt, Reply, token_count
 from router.upstream.http import PooledHTTP
 from router.upstream.responses_tools import ToolMap
@@ -42,8 +44,10 @@ class OpenAICompatUpstream(PooledHTTP):
         self.responses_urls = [b + "/responses" for b in bases]
         self.url, self.responses_url = self.urls[0], self.responses_urls[0]
         self.warm_urls = tuple(b + "/models" for b in bases)
+        self.roots = [b.removesuffix("/v1") for b in bases]  # llama-server's own endpoints are at its root
         sessions = config.sessions
         self.affinity = Affinity(len(bases), sessions.slots, sessions.side_slots)  # router/sessions/affinity.py
+        self.llama_cpp = False  # the server is llama.cpp's llama-server (router/upstream/llama_cpp.py)
         self.dialects: frozenset[str] = frozenset(config.apis)  # client APIs passed through (`complete_native`)
         self._headers["accept"] = "application/json, text/event-stream"
         if self._key:
@@ -76,6 +80,9 @@ class OpenAICompatUpstream(PooledHTTP):
         legacy = "functions" in body  # a client of the legacy API reads `function_call`; others never
         lease = self.affinity.place(session)
         try:
+            if self.llama_cpp and (name := llama_cpp.named_choice(body)) is not None:
+                completion = await self._forced_call(body, name, lease, deadline)
+                return Reply(completion, prompt=prompt_of(completion))
             payload = self._payload(body, False, lease.slot)
             return await self.post_json(
                 self.urls[lease.replica], payload, deadline, lambda raw, data: self._reply(raw, data, legacy)
@@ -89,6 +96,11 @@ class OpenAICompatUpstream(PooledHTTP):
         heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
         lease = self.affinity.place(session)
         try:
+            if self.llama_cpp and (name := llama_cpp.named_choice(body)) is not None:
+                completion = await self._forced_call(body, name, lease, deadline)
+                for data in llama_cpp.completion_chunks(completion):
+                    yield Chunk(data, prompt=prompt_of(data) if "timings" in data else None)
+                return
             payload = self._payload(body, True, lease.slot)
             url = self.urls[lease.replica]
             events = self.post_events(url, payload, deadline, lambda r: _without_repeated_heads(self._chunk(r), heads))
@@ -111,9 +123,29 @@ class OpenAICompatUpstream(PooledHTTP):
         finally:
             lease.release()
 
+    async def _forced_call(self, body: dict[str, Any], name: str, lease: Lease, deadline: float) -> dict[str, Any]:
+        """A call of `name`, generated under its schema by llama-server (router/upstream/llama_cpp.py)."""
+        root = self.roots[lease.replica]
+        rendered = await self.post_json(
+            root + "/apply-template", self._payload({**body, "tool_choice": "auto"}, False), deadline,
+            lambda raw, data: Reply(data),
+        )  # fmt: skip
+        prompt = rendered.data.get("prompt")
+        if not isinstance(prompt, str):
+            raise UpstreamError(f"tier {self.tier!r} rendered no prompt", tier=self.tier)
+        payload = llama_cpp.completion_request(body, prompt, name, lease.slot)
+        answer = await self.post_json(root + "/completion", payload, deadline, lambda raw, data: Reply(data))
+        return llama_cpp.call_completion(answer.data, name, self.config.upstream_model)
+
+    def _warmed(self, body: bytes) -> None:
+        with contextlib.suppress(ValueError):
+            models = orjson.loads(body)
+            self.llama_cpp = self.llama_cpp or (isinstance(models, dict) and llama_cpp.is_llama_cpp(models))
+
     def _reply(self, raw: bytes, data: dict[str, Any], legacy: bool = False) -> Reply:
         if problem := _malformed(data, "message"):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
+        self.llama_cpp = self.llama_cpp or "timings" in data
         prompt = prompt_of(data)
         if not legacy and _drop_legacy_call(data):
             return Reply(data, prompt=prompt)  # re-encoded without it

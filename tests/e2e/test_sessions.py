@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 
 from router.tools.llama import ChildFailed, CppServer, llama_server_binary
@@ -179,3 +180,29 @@ async def test_each_turn_reads_only_what_it_adds_on_every_tier(session_proxy: tu
         metrics = (await http.get("/metrics")).text
     assert stats["tiers"]["fast"]["prompt_tokens"]["reused"] > 3 * 1500
     assert 'router_warm_ups_total{outcome="done",tier="full"}' in metrics
+
+
+async def test_a_named_tool_choice_forces_that_call_on_llama_server(
+    session_proxy: tuple[Proxy, openai.AsyncOpenAI],
+) -> None:
+    """llama-server ignores a named tool_choice; the tier forces the call under the tool's schema
+    (router/upstream/llama_cpp.py), in the session's slot: the prompt is read from its cache."""
+    _, sdk = session_proxy
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is in the docs folder?"}]
+    first = await turn(sdk, messages, tools=TOOLS)
+    for stream in (False, True):
+        choice = {"type": "function", "function": {"name": "list_files"}}
+        raw = await sdk.chat.completions.with_raw_response.create(
+            model="fast", messages=messages, tools=TOOLS, tool_choice=choice, max_tokens=96, stream=stream,  # type: ignore[arg-type]
+            extra_headers={"x-session-id": "agent-1"},
+        )  # fmt: skip
+        if stream:
+            chunks = [c async for c in await raw.parse()]
+            calls = [tc for c in chunks for ch in c.choices for tc in ch.delta.tool_calls or []]
+            name, arguments = calls[0].function.name, "".join(tc.function.arguments or "" for tc in calls)
+        else:
+            [call] = raw.parse().choices[0].message.tool_calls or []
+            name, arguments = call.function.name, call.function.arguments
+            evaluated, reused = counts(raw.headers)
+            assert reused >= sum(counts(first.headers)) - 2 and evaluated < 50
+        assert name == "list_files" and isinstance(orjson.loads(arguments)["dir"], str)
