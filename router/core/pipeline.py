@@ -15,15 +15,26 @@
 A tier that speaks the client's own API (an `anthropic/*` tier for /v1/messages) gets the client's
 request itself (`Call.native`) and answers in it; the checks read the chat equivalent it comes with.
 
+A call goes to a tier whose context window its prompt fits (`policy.decide` with the windows known,
+router/core/context.py); a tier's own context error sends it on to a larger one, else ends it with
+the client's own context error (router/core/escalation.py). `count(router, call)` decides a call
+the same way and counts its prompt with that tier's tokenizer (POST /v1/messages/count_tokens).
+A failure after the call was routed carries its tier and route (`RouterError.routed`) for its log line.
+
 Streams run the same loop through a `Gate` that holds tool-call deltas until they are checked, so
 a mistake found before anything was sent escalates invisibly.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import logging
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
 
 from router.core import feedback
 from router.core.call import Call
@@ -33,14 +44,15 @@ from router.core.hedge import first_valid
 from router.core.salvage import salvage_reply, salvage_stream
 from router.core.streaming import Gate, Joiner
 from router.core.validate import SchemaTooCostly
-from router.errors import UpstreamError
-from router.policy.decide import Live, decide
+from router.errors import RouterError, UpstreamError
+from router.policy.decide import CHARS_PER_TOKEN, Decision, Live, decide
 from router.upstream.base import Chunk, Native, NativeUpstream, Reply, Upstream, speaks
 
 if TYPE_CHECKING:
     from router.runtime import Runtime
 
 T = TypeVar("T")
+log = logging.getLogger("router.pipeline")
 
 
 async def begin(router: Runtime, call: Call) -> Trace:
@@ -50,10 +62,12 @@ async def begin(router: Runtime, call: Call) -> Trace:
     except SchemaTooCostly:
         router.metrics.tripped("schema_too_costly")
         raise
+    call = with_tools(call, tool_set.chars)
     lane, call, policy = router.lanes.enter(call, router.policy.current)
     try:
         sticky = await feedback.sticky_tier(router.store, router.metrics, call, policy)
-        live = Live(sticky_tier=sticky, degraded=router.adaptive.degraded, diverted=router.adaptive.diverted)
+        adaptive, windows = router.adaptive, router.windows.known()
+        live = Live(sticky_tier=sticky, degraded=adaptive.degraded, diverted=adaptive.diverted, windows=windows)
         decision = decide(call.features, policy, live)
     except BaseException:
         router.lanes.leave(lane)
@@ -62,6 +76,39 @@ async def begin(router: Runtime, call: Call) -> Trace:
     trace = Trace(router, call, policy, decision, lane)
     trace.admitted = (tools, tool_set)
     return trace
+
+
+def with_tools(call: Call, chars: int) -> Call:
+    """`call` with the size of its tool definitions (`chars` of JSON) in its features."""
+    if not chars:
+        return call
+    return dataclasses.replace(call, features=dataclasses.replace(call.features, tool_tokens=chars // CHARS_PER_TOKEN))
+
+
+async def count(router: Runtime, call: Call) -> tuple[Decision, int, bool]:
+    """The decision `call` would get and its prompt tokens as that tier counts them: (decision,
+    tokens, counted — False when the tier has no tokenizer to ask and `tokens` is the router's estimate).
+    Decided as a call is (routes, adaptive routing, context windows), without taking one of a sticky
+    session's calls or a lane's place; calls no model."""
+    tools = call.body.get("tools")
+    call = with_tools(call, len(orjson.dumps(tools)) if tools else 0)
+    policy = router.policy.current
+    adaptive = router.adaptive
+    live = Live(degraded=adaptive.degraded, diverted=adaptive.diverted, windows=router.windows.known())
+    decision = decide(call.features, policy, live)
+    tier = decision.tier
+    deadline = asyncio.get_running_loop().time() + policy.models[tier].timeouts.first_token
+    try:
+        tokens = await router.upstreams[tier].count_tokens(call.body, deadline, call.native)
+    except Exception as exc:  # an in-process tier's own method failing: counted by the estimate
+        log.warning("tier %s: counting tokens failed (%s)", tier, type(exc).__name__)
+        tokens = None
+    return (decision, tokens, True) if tokens is not None else (decision, call.features.context_tokens, False)
+
+
+def _routed(exc: RouterError, trace: Trace) -> None:
+    """`exc` ends a routed call: it carries the call's tier and route (its access log line says them)."""
+    exc.routed = {"tier": trace.tier, "route": trace.route, "escalated": "true" if trace.escalated else "false"}
 
 
 async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:
@@ -79,6 +126,9 @@ async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:
                 with attempt, span.attempt(trace):
                     reply = await _answer(router, trace)
         span.answer(reply.data)
+    except RouterError as exc:
+        _routed(exc, trace)
+        raise
     finally:
         router.lanes.leave(trace.lane)
         span.end(trace)
@@ -90,9 +140,13 @@ async def stream(router: Runtime, call: Call) -> tuple[Trace, AsyncIterator[Chun
     HTTP error is still possible); later ones raise from the iterator (the transport frames them)."""
     trace = await begin(router, call)
     chunks = _joined(router, trace)
-    first = await anext(chunks, None)
-    if first is None:  # not one chunk from any tier: nothing the client could read as an answer
-        raise UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
+    try:
+        first = await anext(chunks, None)
+        if first is None:  # not one chunk from any tier: nothing the client could read as an answer
+            raise UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
+    except RouterError as exc:
+        _routed(exc, trace)
+        raise
     return trace, _prepend(first, chunks)
 
 
