@@ -99,7 +99,13 @@ async def _after_first(attempts: AsyncRetrying, first: Escalate) -> AsyncIterato
 
 class Trace:
     def __init__(
-        self, router: Runtime, call: Call, policy: Policy, decision: Decision, lane: Choice = STANDARD_LANE
+        self,
+        router: Runtime,
+        call: Call,
+        policy: Policy,
+        decision: Decision,
+        lane: Choice = STANDARD_LANE,
+        context_tokens: int = 0,
     ) -> None:
         self.router = router
         self.record = Record(router.store, router.metrics, router.background, call, decision.route)
@@ -107,6 +113,7 @@ class Trace:
         self.call = call
         self.policy = policy
         self.decision = decision
+        self.context_tokens = context_tokens  # the estimated prompt (messages and tool definitions) a context holds
         self.route = decision.route
         self.tier = decision.tier
         self.tried: list[str] = []
@@ -313,7 +320,7 @@ class Trace:
         known = windows.known()
         window = exc.window or known.get(tier)
         # the prompt's size: as the tier counted it, else at least the window it did not fit
-        need = exc.prompt_tokens or max(window or 0, self.call.features.context_tokens)
+        need = exc.prompt_tokens or max(window or 0, self.context_tokens)
         self._too_small.add(tier)
         beyond = self.policy.escalation.beyond(tier)
         fitting = next((t for t in beyond if t not in self._too_small and fits(need, known.get(t))), None)
@@ -326,7 +333,7 @@ class Trace:
             escalate.__cause__ = exc
             return escalate
         self.router.metrics.context_exceeded.labels(tier, "refused").inc()
-        return exc.known(exc.prompt_tokens or self.call.features.context_tokens, window)
+        return exc.known(exc.prompt_tokens or self.context_tokens, window)
 
     def hedge_for(self, tier: str) -> tuple[str, float] | None:
         """(hedge tier, delay) when the route hedges this call's first attempt."""

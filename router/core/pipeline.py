@@ -28,7 +28,6 @@ a mistake found before anything was sent escalates invisibly.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
 from functools import partial
@@ -45,7 +44,7 @@ from router.core.salvage import salvage_reply, salvage_stream
 from router.core.streaming import Gate, Joiner
 from router.core.validate import SchemaTooCostly
 from router.errors import RouterError, UpstreamError
-from router.policy.decide import CHARS_PER_TOKEN, Decision, Live, decide
+from router.policy.decide import Decision, Live, decide
 from router.upstream.base import Chunk, Native, NativeUpstream, Reply, Upstream, speaks
 
 if TYPE_CHECKING:
@@ -62,27 +61,20 @@ async def begin(router: Runtime, call: Call) -> Trace:
     except SchemaTooCostly:
         router.metrics.tripped("schema_too_costly")
         raise
-    call = with_tools(call, tool_set.chars)
     lane, call, policy = router.lanes.enter(call, router.policy.current)
+    features = call.features.with_tools(tool_set.chars)  # what a tier's context must hold: the tools too
     try:
         sticky = await feedback.sticky_tier(router.store, router.metrics, call, policy)
         adaptive, windows = router.adaptive, router.windows.known()
         live = Live(sticky_tier=sticky, degraded=adaptive.degraded, diverted=adaptive.diverted, windows=windows)
-        decision = decide(call.features, policy, live)
+        decision = decide(features, policy, live)
     except BaseException:
         router.lanes.leave(lane)
         raise
     router.adaptive.note(decision)
-    trace = Trace(router, call, policy, decision, lane)
+    trace = Trace(router, call, policy, decision, lane, features.context_tokens)
     trace.admitted = (tools, tool_set)
     return trace
-
-
-def with_tools(call: Call, chars: int) -> Call:
-    """`call` with the size of its tool definitions (`chars` of JSON) in its features."""
-    if not chars:
-        return call
-    return dataclasses.replace(call, features=dataclasses.replace(call.features, tool_tokens=chars // CHARS_PER_TOKEN))
 
 
 async def count(router: Runtime, call: Call) -> tuple[Decision, int, bool]:
@@ -91,11 +83,11 @@ async def count(router: Runtime, call: Call) -> tuple[Decision, int, bool]:
     Decided as a call is (routes, adaptive routing, context windows), without taking one of a sticky
     session's calls or a lane's place; calls no model."""
     tools = call.body.get("tools")
-    call = with_tools(call, len(orjson.dumps(tools)) if tools else 0)
+    features = call.features.with_tools(len(orjson.dumps(tools)) if tools else 0)
     policy = router.policy.current
     adaptive = router.adaptive
     live = Live(degraded=adaptive.degraded, diverted=adaptive.diverted, windows=router.windows.known())
-    decision = decide(call.features, policy, live)
+    decision = decide(features, policy, live)
     tier = decision.tier
     deadline = asyncio.get_running_loop().time() + policy.models[tier].timeouts.first_token
     try:
@@ -103,7 +95,7 @@ async def count(router: Runtime, call: Call) -> tuple[Decision, int, bool]:
     except Exception as exc:  # an in-process tier's own method failing: counted by the estimate
         log.warning("tier %s: counting tokens failed (%s)", tier, type(exc).__name__)
         tokens = None
-    return (decision, tokens, True) if tokens is not None else (decision, call.features.context_tokens, False)
+    return (decision, tokens, True) if tokens is not None else (decision, features.context_tokens, False)
 
 
 def _routed(exc: RouterError, trace: Trace) -> None:

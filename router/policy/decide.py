@@ -22,7 +22,7 @@ CHARS_PER_TOKEN = 4  # a cheap, tokenizer-free estimate; good enough for routing
 class Features:
     model: str
     tool_names: tuple[str, ...] = ()
-    prompt_tokens: int = 0  # estimated tokens of the messages: their text and tool calls / CHARS_PER_TOKEN
+    prompt_tokens: int = 0  # estimated tokens of the messages' text (characters / CHARS_PER_TOKEN)
     last_role: str | None = None
     stream: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -33,6 +33,14 @@ class Features:
     def context_tokens(self) -> int:
         """The estimated prompt a tier's context must hold: the messages and the tool definitions."""
         return self.prompt_tokens + self.tool_tokens
+
+    def with_tools(self, chars: int) -> Features:
+        """These features with tool definitions of `chars` characters (as JSON). Built directly:
+        `dataclasses.replace` costs a few µs more, on every call that offers tools."""
+        if not chars:
+            return self
+        return Features(self.model, self.tool_names, self.prompt_tokens, self.last_role, self.stream, self.headers,
+                        self.pinned_tool, chars // CHARS_PER_TOKEN)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,23 +72,12 @@ def _text_len(content: Any) -> int:
     return 0
 
 
-def _message_len(message: dict[str, Any]) -> int:
-    """Characters of a message's text and of the tool calls it made (their names and arguments)."""
-    n = _text_len(message.get("content"))
-    calls = message.get("tool_calls")
-    for call in calls if isinstance(calls, list) else ():
-        function = call.get("function") if isinstance(call, dict) else None
-        if isinstance(function, dict):
-            n += sum(len(v) for k in ("name", "arguments") if isinstance(v := function.get(k), str))
-    return n
-
-
 def features_of(body: Mapping[str, Any], headers: Mapping[str, str]) -> Features:
     """Routing features of a chat-completions body. `headers` must have lower-case names."""
     tools = body.get("tools") or ()
     names = tuple(str(_name(t.get("function")) or t.get("name") or "") for t in tools if isinstance(t, dict))
     messages = body.get("messages") or ()
-    chars = sum(_message_len(m) for m in messages if isinstance(m, dict))
+    chars = sum(_text_len(m.get("content")) for m in messages if isinstance(m, dict))
     last = messages[-1] if messages and isinstance(messages[-1], dict) else None
     choice = body.get("tool_choice")
     pinned = _name(choice.get("function")) if isinstance(choice, dict) else None

@@ -246,7 +246,6 @@ def test_features_of_chat_body() -> None:
     body = chat_body(stream=True)
     f = features_of(body, {"x-team": "ops"})
     texts = ["You are a coding agent." * 10, "Fix the failing test in tests/test_x.py.", "Be brief.", "def test(): ..."]
-    texts += ["read_file", '{"path": "tests/test_x.py"}']  # the assistant's call: its name and arguments
     assert f == Features(
         model="gpt-4o",
         tool_names=("read_file", "bash"),
