@@ -19,6 +19,7 @@
     └── UpstreamError                502 upstream_error / upstream_error        (x-should-retry: false)
         ├── UpstreamTimeout          504 timeout_error / timeout
         ├── UpstreamStatus           the request's fault (400, 413, 422, …) is passed on; else 502
+        │   └── ContextExceeded      400 invalid_request_error / context_length_exceeded   (no tier's context fits)
         └── ChecksFailed             502 upstream_error / checks_failed         (x-should-retry: true)
 
 `to_body()` gives the OpenAI error shape `{"error": {"message", "type", "param", "code"}}`.
@@ -66,6 +67,8 @@ class RouterError(Exception):
     code: ClassVar[str | None] = "internal_error"
     should_retry: ClassVar[bool | None] = None
     retry_after: ClassVar[str | None] = None  # seconds, sent as Retry-After
+    # a call that failed once routed: its tier, route and "escalated" (router/core/pipeline.py), for its log line
+    routed: dict[str, str] | None = None
 
     def __init__(self, message: str, *, param: str | None = None, status: int | None = None) -> None:
         super().__init__(message)
@@ -244,6 +247,47 @@ class UpstreamStatus(UpstreamError):
             body["error"]["type"] = "invalid_request_error"
             body["error"]["code"] = "upstream_rejected"
         return body
+
+
+class ContextExceeded(UpstreamStatus):
+    """The prompt is longer than a tier's context window (its server said so: a 400 the router reads
+    in every form it comes in, router/upstream/context.py). Not the tier's fault: no breaker, no
+    mistake; the call goes on to a tier whose window is larger, and when none is left the client gets
+    its own API's error: OpenAI's `context_length_exceeded`, Anthropic's "prompt is too long: N
+    tokens > M maximum" (`anthropic_message`). `prompt_tokens` and `window` are what is known of them."""
+
+    code = "context_length_exceeded"
+
+    def __init__(self, *, tier: str, prompt_tokens: int | None = None, window: int | None = None) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.window = window
+        super().__init__(self._openai_message(), tier=tier, upstream_status=400)
+
+    def known(self, prompt_tokens: int | None, window: int | None) -> ContextExceeded:
+        """The same error with what the router knows besides filled in where the tier said nothing."""
+        tokens, limit = self.prompt_tokens or prompt_tokens, self.window or window
+        if (tokens, limit) == (self.prompt_tokens, self.window):
+            return self
+        return ContextExceeded(tier=self.tier, prompt_tokens=tokens, window=limit)
+
+    def _openai_message(self) -> str:
+        limit = f"This model's maximum context length is {self.window} tokens." if self.window else (
+            "The prompt exceeds this model's context window.")  # fmt: skip
+        asked = f" However, your messages resulted in {self.prompt_tokens} tokens." if self.prompt_tokens else ""
+        return f"{limit}{asked} Please reduce the length of the messages."
+
+    @property
+    def anthropic_message(self) -> str:
+        """Anthropic's own wording, which Claude Code answers by compacting the conversation."""
+        if self.prompt_tokens and self.window:
+            return f"prompt is too long: {self.prompt_tokens} tokens > {self.window} maximum"
+        if self.prompt_tokens:
+            return f"prompt is too long: {self.prompt_tokens} tokens"
+        return "prompt is too long"
+
+    def to_body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": "invalid_request_error", "param": "messages",
+                          "code": self.code}}  # fmt: skip
 
 
 class ChecksFailed(UpstreamError):

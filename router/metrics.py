@@ -60,6 +60,13 @@ class Metrics:
             ["limit"],
             registry=r,
         )
+        self.context_exceeded = Counter(  # router/core/escalation.py
+            "router_context_exceeded",
+            "Prompts a tier's context did not take, by tier and outcome (escalated: on to a larger tier; "
+            "refused: the client got its context error)",
+            ["tier", "outcome"],
+            registry=r,
+        )
         self.ttft = Histogram(
             "router_ttft_seconds",
             "Time to the first byte sent",

@@ -14,6 +14,7 @@ from typing import Any
 
 from router.core.adaptive import AdaptiveState
 from router.core.breaker import Breakers
+from router.core.context import Windows
 from router.core.lanes import Choice, Lanes
 from router.core.open_calls import OpenCalls
 from router.core.response_state import ResponseCache, ResponseState
@@ -35,8 +36,9 @@ log = logging.getLogger("router")
 
 class Runtime:
     """What one running proxy owns, handed to each part that uses it: settings, policy, store,
-    upstream tiers, validator, judge-verdict cache, metrics, lanes, shadow mode, response state,
-    the calls open and in flight, and background tasks. `start()` and `close()` bound their life."""
+    upstream tiers and their context windows, validator, judge-verdict cache, metrics, lanes, shadow
+    mode, response state, the calls open and in flight, and background tasks. `start()` and
+    `close()` bound their life."""
 
     def __init__(self, settings: Settings, policy: PolicyHolder, store: Store, build: Build = build_upstream) -> None:
         self.settings = settings
@@ -48,6 +50,7 @@ class Runtime:
         limits = Limits(settings.upstream_max_body_bytes, settings.upstream_max_answer_chars, self.metrics.tripped)
         self.breakers = Breakers(self.metrics)  # per tier: skipped a while after upstream errors in a row
         self.upstreams = Upstreams(warm=settings.warm_up, limits=limits, build=build)
+        self.windows = Windows(self.upstreams)  # tiers' context windows (router/core/context.py)
         self.validator = Validator(
             max_schema_bytes=settings.max_schema_bytes,
             max_pattern_bytes=settings.max_pattern_bytes,
@@ -86,6 +89,7 @@ class Runtime:
 
     async def apply(self, policy: Policy) -> None:
         await self.upstreams.apply(policy)
+        self.windows.apply(policy)
         self.metrics.reloads.labels("applied").inc()
 
     async def start(self) -> None:
@@ -97,6 +101,7 @@ class Runtime:
             log.error("%s store unusable (%s); serving degraded", self.store.backend, self.store.unusable)
         self.tracing.open()
         await self.upstreams.apply(self.policy.current)
+        self.windows.apply(self.policy.current)
         if self.settings.reload_policy and self.policy.path is not None:
             self.background(watch(self.policy, self.policy.path, on_change=self.apply))
         self.background(self.adaptive.run())
@@ -110,6 +115,7 @@ class Runtime:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.responses.close()  # what is still queued for the store
         await self.warming.close()
+        await self.windows.close()
         await self.upstreams.close()
         await self.store.close()
         await self.tracing.close()  # the spans still queued are exported (bounded by the exporter's timeout)

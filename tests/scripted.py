@@ -20,7 +20,7 @@ from router.app import create_app, lifespan_of
 from router.runtime import Runtime
 from router.sessions import Session
 from router.settings import Settings
-from router.upstream.base import Chunk, Reply
+from router.upstream.base import Chunk, Native, Reply
 
 UNUSED = "http://127.0.0.1:9/v1"  # the policy names an api_base; the scripted objects never use it
 
@@ -50,9 +50,10 @@ def call(name: str, arguments: str, call_id: str = "call_1") -> dict[str, Any]:
 class Scripted:
     dialects: frozenset[str] = frozenset()  # chat completions only
 
-    def __init__(self, tier: str, script: list[dict[str, Any] | Exception]) -> None:
+    def __init__(self, tier: str, script: list[dict[str, Any] | Exception], window: int | None = None) -> None:
         self.tier = tier
         self.script = list(script)
+        self.window = window  # the context window it reports
         self.bodies: list[dict[str, Any]] = []
         self.started = self.closed = False
 
@@ -61,6 +62,12 @@ class Scripted:
 
     async def close(self) -> None:
         self.closed = True
+
+    async def context_window(self, deadline: float) -> int | None:
+        return self.window
+
+    async def count_tokens(self, body: dict[str, Any], deadline: float, native: Native | None = None) -> int | None:
+        return None  # no tokenizer: the router estimates
 
     def _next(self, body: dict[str, Any]) -> dict[str, Any]:
         self.bodies.append(body)

@@ -50,6 +50,7 @@ def endpoint(handler: Handler, render: Callable[[RouterError], Response] = error
         try:
             return await handler(request)
         except RouterError as exc:
+            access.note_failure(request.scope, exc)
             return render(exc)
         except asyncio.CancelledError:
             if (reason := router_of(request).open.ended()) is None:

@@ -6,10 +6,11 @@ A pure ASGI middleware, so it sees every request the app answers (errors, refusa
 included, a stream when its last byte is sent) and costs one dict lookup per response start. The
 tier, route and escalation come from the `x-router-*` headers the call was answered with, or — for a
 stream, whose headers left with its first chunk — from the call's final decision (`note`, when the
-stream ends: after an escalation that came once text was sent, the tier that answered); `-` where a
-request was not routed. `evaluated` and `reused` are the prompt tokens the tiers' servers evaluated
-and reused from their cache, by their own count (`-` where a server gives none). A WebSocket
-connection is one line when it closes (status 101).
+stream ends: after an escalation that came once text was sent, the tier that answered) or, for a call
+that failed once routed, from its error (`note_failure`); `-` where a request was not routed.
+`evaluated` and `reused` are the prompt tokens the tiers' servers evaluated and reused from their
+cache, by their own count (`-` where a server gives none). A WebSocket connection is one line when
+it closes (status 101).
 `AGENT_ROUTER_ACCESS_LOG=false` (or `serve --no-access-log`) turns it off.
 """
 
@@ -25,6 +26,7 @@ from router.api.headers import prompt_tokens
 
 if TYPE_CHECKING:
     from router.core.escalation import Trace
+    from router.errors import RouterError
 
 log = logging.getLogger("router.access")
 
@@ -44,6 +46,12 @@ def note(scope: Scope, trace: Trace) -> None:
         seen.update(tier=trace.tier, route=trace.route, escalated="true" if trace.escalated else "false")
         if trace.prompt_evaluated or trace.prompt_reused:
             seen["prompt"] = prompt_tokens(trace)
+
+
+def note_failure(scope: Scope, exc: RouterError) -> None:
+    """A call that failed once routed: its line names the tier and route it failed on."""
+    if exc.routed is not None and (seen := scope.get(_SEEN)) is not None:
+        seen.update(exc.routed)
 
 
 class AccessLog:

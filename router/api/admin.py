@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib.resources import files
 
 import orjson
@@ -12,7 +14,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from router.api import authorize, endpoint, router_of
-from router.errors import BadRequest
+from router.api.messages import anthropic_error
+from router.constants import MODELS_WAIT
+from router.errors import BadRequest, NotFound, RouterError
+from router.policy.model import Policy
 
 
 def _json(data: object, status: int = 200) -> Response:
@@ -57,19 +62,93 @@ async def readyz(request: Request) -> Response:
     return _json(body, 200 if ready else 503)
 
 
-@endpoint
-async def models(request: Request) -> Response:
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A model id clients may ask for: a tier, or `auto` (the routes decide), with its context window
+    in tokens (None: not known) and the aliases that name it."""
+
+    id: str
+    window: int | None
+    aliases: tuple[str, ...]
+
+
+def listed(policy: Policy, windows: Mapping[str, int]) -> list[Listed]:
+    """Each tier once, then `auto` if the policy routes it. `auto`'s window is the largest of the
+    tiers its routes and escalations use (None unless all are known): a prompt goes to one it fits."""
+    named: dict[str, list[str]] = {}
+    for alias, target in policy.aliases.items():
+        if not any(ch in alias for ch in "*?[") and alias != target:
+            named.setdefault(target, []).append(alias)
+    out = [Listed(name, windows.get(name), tuple(named.get(name, ()))) for name in policy.models]
+    if policy.resolve_alias("auto") == "auto":
+        used = {r.use for r in policy.routes} | {r.adaptive.to for r in policy.routes if r.adaptive and r.adaptive.to}
+        used |= set(policy.escalation.chain)
+        window = max(windows[t] for t in used) if all(t in windows for t in used) else None
+        out.append(Listed("auto", window, tuple(named.get("auto", ()))))
+    return out
+
+
+def _openai_model(model: Listed, created: int) -> dict[str, object]:
+    """OpenAI's model object, with the router's `context_window` (tokens) and `aliases`."""
+    return {"id": model.id, "object": "model", "created": created, "owned_by": "agent-router",
+            "context_window": model.window, "aliases": list(model.aliases)}  # fmt: skip
+
+
+def _anthropic_model(model: Listed) -> dict[str, object]:
+    """Anthropic's ModelInfo: `max_input_tokens` is the context window (omitted when not known)."""
+    info: dict[str, object] = {"type": "model", "id": model.id, "display_name": model.id, "created_at": _EPOCH,
+                               "lifecycle": "active"}  # fmt: skip
+    if model.window is not None:
+        info["max_input_tokens"] = model.window
+    return info
+
+
+_EPOCH = "1970-01-01T00:00:00Z"  # Anthropic's ModelInfo.created_at "when the release date is unknown"
+
+
+async def _listed(request: Request) -> list[Listed]:
     router = router_of(request)
     authorize(router, request)
-    policy = router.policy.current
-    now = int(time.time())
-    data = [{"id": name, "object": "model", "created": now, "owned_by": "agent-router"} for name in policy.models]
-    data += [
-        {"id": alias, "object": "model", "created": now, "owned_by": "agent-router", "routes_to": target}
-        for alias, target in policy.aliases.items()
-        if not any(ch in alias for ch in "*?[")
-    ]
-    return _json({"object": "list", "data": data})
+    await router.windows.settled(MODELS_WAIT)  # windows still being asked (at start-up)
+    return listed(router.policy.current, router.windows.known())
+
+
+def _anthropic(request: Request) -> bool:
+    """The client speaks Anthropic's API (its SDKs and Claude Code send `anthropic-version`)."""
+    return "anthropic-version" in request.headers
+
+
+@endpoint
+async def models(request: Request) -> Response:
+    """GET /v1/models: each tier once and `auto`, with their context windows — OpenAI's list, or
+    Anthropic's to a client that speaks it (Claude Code's gateway model discovery), errors included."""
+    try:
+        found = await _listed(request)
+    except RouterError as exc:
+        if not _anthropic(request):
+            raise
+        return anthropic_error(exc)
+    if _anthropic(request):
+        data = [_anthropic_model(m) for m in found]
+        first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+        return _json({"data": data, "has_more": False, "first_id": first, "last_id": last})
+    created = int(time.time())
+    return _json({"object": "list", "data": [_openai_model(m, created) for m in found]})
+
+
+@endpoint
+async def model(request: Request) -> Response:
+    """GET /v1/models/{model_id}: one of them, in the client's API's shape."""
+    model_id = request.path_params["model_id"]
+    try:
+        one = next((m for m in await _listed(request) if m.id == model_id), None)
+        if one is None:
+            raise NotFound(f"The model {model_id[:100]!r} is not listed here; see GET /v1/models.", param="model")
+    except RouterError as exc:
+        if not _anthropic(request):
+            raise
+        return anthropic_error(exc)
+    return _json(_anthropic_model(one) if _anthropic(request) else _openai_model(one, int(time.time())))
 
 
 @endpoint
@@ -122,6 +201,7 @@ routes = [
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/v1/models", models, methods=["GET"]),
+    Route("/v1/models/{model_id}", model, methods=["GET"]),
     Route("/v1/router/stats", stats, methods=["GET"]),
     Route("/v1/router/series", series, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),

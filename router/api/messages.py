@@ -25,7 +25,7 @@ from router.core.call import Call, parse_body, refuse_forbidden
 from router.errors import BadRequest, Overloaded, RouterError
 from router.messages.events import Event, MessageEvents, error_body
 from router.messages.translate import chat_body, message_of, new_message_id
-from router.policy.decide import CHARS_PER_TOKEN, features_of
+from router.policy.decide import features_of
 from router.sessions import session_of
 from router.upstream.anthropic import FORWARDED_HEADERS
 from router.upstream.base import Native
@@ -83,13 +83,17 @@ async def create(request: Request) -> Response:
 
 @anthropic_endpoint
 async def count_tokens(request: Request) -> Response:
-    """An estimate, as the router counts prompt size for routing (characters / 4, tools included):
-    the tiers' tokenizers differ, and the router may send the call to any of them."""
+    """The prompt's tokens as the tier the call would go to counts them (`pipeline.count`): its own
+    tokenizer (llama-server's, Anthropic's count_tokens), else the router's estimate (characters / 4,
+    the tool definitions included). `x-router-tier` names the tier, `x-router-count` says which
+    (`tokenizer` or `estimate`). Calls no model, so takes no place among the calls in flight."""
     router = router_of(request)
     authorize(router, request)
     call = messages_call(await read_body(request, router), lower_headers(request), count_only=True)
-    tools = len(orjson.dumps(call.body["tools"])) // CHARS_PER_TOKEN if call.body.get("tools") else 0
-    return Response(orjson.dumps({"input_tokens": call.features.prompt_tokens + tools}), media_type="application/json")
+    decision, tokens, counted = await pipeline.count(router, call)
+    headers = {"x-router-tier": decision.tier, "x-router-route": decision.route,
+               "x-router-count": "tokenizer" if counted else "estimate"}  # fmt: skip
+    return Response(orjson.dumps({"input_tokens": tokens}), headers=headers, media_type="application/json")
 
 
 def _frames(events: list[Event]) -> bytes:

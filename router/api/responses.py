@@ -10,6 +10,8 @@ the store (router/core/response_state.py); an unknown id, or one the store canno
 
 A stream's first event is sent once the pipeline has the first chunk, so a failure before it is
 still a plain HTTP error with its status (as on the chat transport); later ones are `error` events.
+A prompt no tier's context takes is the exception, streamed as OpenAI does: `response.created`,
+`.in_progress`, `response.failed` with `context_length_exceeded` (Codex compacts on that).
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from router.api import admitted, endpoint, lower_headers, observe
+from router.api import access, admitted, endpoint, lower_headers, observe
 from router.api.headers import router_headers
-from router.api.sse import SSEResponse, framed, sse_frame
+from router.api.sse import SSE_HEADERS, SSEResponse, framed, sse_frame
 from router.core import pipeline
 from router.core.call import parse_body
 from router.core.response_state import Stored
+from router.errors import ContextExceeded
 from router.responses import turn as turns
 
 
@@ -43,7 +46,12 @@ async def create(request: Request) -> Response:
                 state.put(turn.id, entry)
 
         if stream:
-            trace, chunks = await pipeline.stream(router, turn.call)
+            try:
+                trace, chunks = await pipeline.stream(router, turn.call)
+            except ContextExceeded as exc:  # as OpenAI streams it: a failed response (Codex compacts)
+                access.note_failure(request.scope, exc)
+                failed = b"".join(sse_frame(event) for event in turns.failed(turn, exc))
+                return Response(failed, headers=SSE_HEADERS, media_type="text/event-stream")
             chunks = admission.to_stream(chunks)
             frames = framed(admission, trace, turns.events(turn, trace, chunks, save), sse_frame)
             headers = {**router_headers(trace), **turns.left_out(router, turn, trace)}

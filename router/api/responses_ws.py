@@ -5,7 +5,8 @@ the client sends JSON text frames `{"type": "response.create", ...the POST body.
 implicit and ignored); the server answers each with the same events as the SSE stream, one JSON text
 frame per event, ending in `response.completed` (or `response.incomplete`, or `error`): like there,
 `response.created` goes out with the answer's first chunk (it names the model that answers), and a
-failure before it is one `error` event.
+failure before it is one `error` event — but a prompt no tier's context takes, which is
+`response.created`, `.in_progress` and `response.failed` (`context_length_exceeded`), as OpenAI sends it.
 `generate: false` stores the input as a response without calling a model (warm-up).
 `previous_response_id` is looked up on this connection first, then in the process cache, then in the
 store (router/core/response_state.py); a miss is an `error` event and the socket stays open.
@@ -39,7 +40,7 @@ from router.api import Admission, authorize, error_response, lower_headers, obse
 from router.core import pipeline
 from router.core.call import check_depth
 from router.core.response_state import ResponseCache, Stored
-from router.errors import BadRequest, InvalidJSON, RouterError, Unauthorized
+from router.errors import BadRequest, ContextExceeded, InvalidJSON, RouterError, Unauthorized
 from router.responses import turn as turns
 from router.responses.events import Event, error_event
 
@@ -200,6 +201,10 @@ class Connection:
                 if (reason := router.open.ended()) is None:
                     raise
                 await self.send(error_event(reason))
+                return
+            except ContextExceeded as exc:  # as OpenAI sends it: a failed response (Codex compacts)
+                for event in turns.failed(turn, exc):
+                    await self.send(event)
                 return
             except RouterError as exc:
                 await self.send(error_event(exc))

@@ -19,6 +19,11 @@ open its breaker; answers, however wrong, close the count.
 Backoff (exponential, with jitter) applies only when an upstream error sends the call back to the
 same tier; escalating to another tier or asking again after a mistake is immediate.
 
+A tier whose context the prompt does not fit (`ContextExceeded`: its server said so) is not at fault
+— no breaker count, no mistake: the call goes on, while an attempt is left, to the first tier of the
+chain beyond it whose window is larger (or not known); when there is none it ends with the client's
+own context error, with the prompt's tokens and the window (router/core/context.py learns the window).
+
 A `Trace` decides; its `Record` (router/core/record.py) writes the events and counts down, and the
 transports tell the client (router/api/headers.py).
 """
@@ -41,8 +46,8 @@ from router.core.offered import ToolSet
 from router.core.record import Record
 from router.core.validate import Mistake
 from router.core.verify import verify
-from router.errors import ChecksFailed, TierOpen, UpstreamError, UpstreamStatus
-from router.policy.decide import Decision
+from router.errors import ChecksFailed, ContextExceeded, TierOpen, UpstreamError, UpstreamStatus
+from router.policy.decide import Decision, fits
 from router.policy.model import Breaker, Policy
 from router.upstream.base import Prompt
 
@@ -95,7 +100,13 @@ async def _after_first(attempts: AsyncRetrying, first: Escalate) -> AsyncIterato
 
 class Trace:
     def __init__(
-        self, router: Runtime, call: Call, policy: Policy, decision: Decision, lane: Choice = STANDARD_LANE
+        self,
+        router: Runtime,
+        call: Call,
+        policy: Policy,
+        decision: Decision,
+        lane: Choice = STANDARD_LANE,
+        context_tokens: int = 0,
     ) -> None:
         self.router = router
         self.record = Record(router.store, router.metrics, router.background, call, decision.route)
@@ -103,6 +114,7 @@ class Trace:
         self.call = call
         self.policy = policy
         self.decision = decision
+        self.context_tokens = context_tokens  # the estimated prompt (messages and tool definitions) a context holds
         self.route = decision.route
         self.tier = decision.tier
         self.tried: list[str] = []
@@ -117,6 +129,8 @@ class Trace:
         self._native: dict[str, bool] = {}  # tier → its latest attempt got the client's own request
         self._repair_tool: str | None = None
         self._repaired_on: set[str] = set()  # tiers that had their one repair
+        self._fitting: str | None = None  # the next attempt's tier, after one whose context was too small
+        self._too_small: set[str] = set()  # tiers whose context did not take the prompt
         self.route_spec = next((r for r in policy.routes if r.name == decision.route), None)  # None: no route matched
         self.admitted: tuple[Any, ToolSet] | None = None  # the offered tools and the validator's reading of them
         loop = asyncio.get_running_loop()
@@ -148,6 +162,8 @@ class Trace:
         if self._repair_tool is not None:
             body = {**body, "tool_choice": {"type": "function", "function": {"name": self._repair_tool}}}
             self._repair_tool = None
+        elif self._fitting is not None:
+            self.tier, self._fitting = self._fitting, None
         elif last is not None:
             self.tier = self._stronger(last)
         self.tier = self._past_open(self.tier)
@@ -289,6 +305,8 @@ class Trace:
         """An upstream error: record it; what to raise (`raise trace.failed(tier, exc)`): `Escalate`
         to retry or escalate if allowed, else `exc` itself. Returned rather than raised here: this
         frame holds `exc`, and in its traceback would make a reference cycle (tests/test_cycles.py)."""
+        if isinstance(exc, ContextExceeded):
+            return self._too_long(tier, exc)
         self.mistakes.append(exc.mistake)
         self.record.attempt(tier, [], [Mistake(exc.mistake)], answered=False)
         client_fault = getattr(exc, "client_fault", False)
@@ -303,6 +321,30 @@ class Trace:
             escalate.__cause__ = exc
             return escalate
         return exc
+
+    def _too_long(self, tier: str, exc: ContextExceeded) -> Escalate | ContextExceeded:
+        """`tier`'s context did not take the prompt (`failed`): on to a tier it fits, else the
+        client's context error."""
+        self.released(tier)  # its breaker: as if the call had not been made
+        windows = self.router.windows
+        windows.learned(tier, exc.window)
+        known = windows.known()
+        window = exc.window or known.get(tier)
+        # the prompt's size: as the tier counted it, else at least the window it did not fit
+        need = exc.prompt_tokens or max(window or 0, self.context_tokens)
+        self._too_small.add(tier)
+        beyond = self.policy.escalation.beyond(tier)
+        fitting = next((t for t in beyond if t not in self._too_small and fits(need, known.get(t))), None)
+        if fitting is not None and self._may_retry():
+            self.router.metrics.context_exceeded.labels(tier, "escalated").inc()
+            log.info("route %s: the prompt (%d tokens) does not fit tier %s (%s); on to %s",
+                     self.route, need, tier, window or "its window", fitting)  # fmt: skip
+            self._fitting = fitting
+            escalate = Escalate(["context_exceeded"])
+            escalate.__cause__ = exc
+            return escalate
+        self.router.metrics.context_exceeded.labels(tier, "refused").inc()
+        return exc.known(exc.prompt_tokens or self.context_tokens, window)
 
     def hedge_for(self, tier: str) -> tuple[str, float] | None:
         """(hedge tier, delay) when the route hedges this call's first attempt."""

@@ -60,11 +60,12 @@ def json_answer(request: Mapping[str, Any]) -> bool:
 class ToolSet:
     """An offered tool list, read (by `admit`, for `check`): `tool_index`'s map, the cache key of
     each tool's schema (None: not JSON, cannot check; free-text and schema-less tools have none),
-    and the names."""
+    the names, and the size of the list as JSON (what the tool definitions add to a prompt)."""
 
     index: dict[str, Any]
     keys: dict[str, bytes | None]
     names: frozenset[str]
+    chars: int = 0
 
 
 NO_TOOLS: Final = ToolSet({}, {}, frozenset())

@@ -15,6 +15,12 @@
 A tier that speaks the client's own API (an `anthropic/*` tier for /v1/messages) gets the client's
 request itself (`Call.native`) and answers in it; the checks read the chat equivalent it comes with.
 
+A call goes to a tier whose context window its prompt fits (`policy.decide` with the windows known,
+router/core/context.py); a tier's own context error sends it on to a larger one, else ends it with
+the client's own context error (router/core/escalation.py). `count(router, call)` decides a call
+the same way and counts its prompt with that tier's tokenizer (POST /v1/messages/count_tokens).
+A failure after the call was routed carries its tier and route (`RouterError.routed`) for its log line.
+
 Streams run the same loop through a `Gate` that holds tool-call deltas until they are checked, so
 a mistake found before anything was sent escalates invisibly.
 """
@@ -23,9 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
 
 from router.core import feedback
 from router.core.call import Call
@@ -35,14 +44,15 @@ from router.core.hedge import first_valid
 from router.core.salvage import salvage_reply, salvage_stream
 from router.core.streaming import Gate, Joiner
 from router.core.validate import SchemaTooCostly
-from router.errors import UpstreamError
-from router.policy.decide import Live, decide
+from router.errors import RouterError, UpstreamError
+from router.policy.decide import Decision, Live, decide
 from router.upstream.base import Chunk, Native, NativeUpstream, Prompt, Reply, Upstream, speaks
 
 if TYPE_CHECKING:
     from router.runtime import Runtime
 
 T = TypeVar("T")
+log = logging.getLogger("router.pipeline")
 
 
 async def begin(router: Runtime, call: Call) -> Trace:
@@ -53,18 +63,46 @@ async def begin(router: Runtime, call: Call) -> Trace:
         router.metrics.tripped("schema_too_costly")
         raise
     lane, call, policy = router.lanes.enter(call, router.policy.current)
+    features = call.features.with_tools(tool_set.chars)  # what a tier's context must hold: the tools too
     try:
         sticky = await feedback.sticky_tier(router.store, router.metrics, call, policy)
-        live = Live(sticky_tier=sticky, degraded=router.adaptive.degraded, diverted=router.adaptive.diverted)
-        decision = decide(call.features, policy, live)
+        adaptive, windows = router.adaptive, router.windows.known()
+        live = Live(sticky_tier=sticky, degraded=adaptive.degraded, diverted=adaptive.diverted, windows=windows)
+        decision = decide(features, policy, live)
     except BaseException:
         router.lanes.leave(lane)
         raise
     router.adaptive.note(decision)
     router.warming.offer(policy, call.session, call.body, decision.tier)  # the other tiers read it meanwhile
-    trace = Trace(router, call, policy, decision, lane)
+    trace = Trace(router, call, policy, decision, lane, features.context_tokens)
     trace.admitted = (tools, tool_set)
     return trace
+
+
+async def count(router: Runtime, call: Call) -> tuple[Decision, int, bool]:
+    """The decision `call` would get and its prompt tokens as that tier counts them: (decision,
+    tokens, counted — False when the tier has no tokenizer to ask and `tokens` is the router's estimate).
+    Decided as a call is (routes, adaptive routing, context windows), without taking one of a sticky
+    session's calls or a lane's place; calls no model."""
+    tools = call.body.get("tools")
+    features = call.features.with_tools(len(orjson.dumps(tools)) if tools else 0)
+    policy = router.policy.current
+    adaptive = router.adaptive
+    live = Live(degraded=adaptive.degraded, diverted=adaptive.diverted, windows=router.windows.known())
+    decision = decide(features, policy, live)
+    tier = decision.tier
+    deadline = asyncio.get_running_loop().time() + policy.models[tier].timeouts.first_token
+    try:
+        tokens = await router.upstreams[tier].count_tokens(call.body, deadline, call.native)
+    except Exception as exc:  # an in-process tier's own method failing: counted by the estimate
+        log.warning("tier %s: counting tokens failed (%s)", tier, type(exc).__name__)
+        tokens = None
+    return (decision, tokens, True) if tokens is not None else (decision, features.context_tokens, False)
+
+
+def _routed(exc: RouterError, trace: Trace) -> None:
+    """`exc` ends a routed call: it carries the call's tier and route (its access log line says them)."""
+    exc.routed = {"tier": trace.tier, "route": trace.route, "escalated": "true" if trace.escalated else "false"}
 
 
 async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:
@@ -82,6 +120,9 @@ async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:
                 with attempt, span.attempt(trace):
                     reply = await _answer(router, trace)
         span.answer(reply.data)
+    except RouterError as exc:
+        _routed(exc, trace)
+        raise
     finally:
         router.lanes.leave(trace.lane)
         span.end(trace)
@@ -108,7 +149,11 @@ async def stream(router: Runtime, call: Call) -> tuple[Trace, AsyncIterator[Chun
         first.cancel()
         raise
     if first.done():
-        return trace, _prepend(_first(trace, first.result()), chunks)
+        try:
+            return trace, _prepend(_first(trace, first.result()), chunks)
+        except RouterError as exc:
+            _routed(exc, trace)
+            raise
     return trace, _beating(trace, first, chunks, every)
 
 

@@ -320,7 +320,7 @@ class Validator:
             return cached
         index = tool_index(tools)
         keys = {name: _schema_key(s) for name, s in index.items() if s is not None and s is not FREEFORM}
-        tool_set = ToolSet(index, keys, frozenset(index))
+        tool_set = ToolSet(index, keys, frozenset(index), len(key) if key is not None else 0)
         if key is not None and len(key) <= TOOL_SET_BYTES:
             self._tool_sets[key] = tool_set
             if len(self._tool_sets) > self._max_tool_sets:

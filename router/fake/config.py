@@ -26,6 +26,10 @@ class FakeConfig:
     prefer_tools: tuple[str, ...] = ()  # call the first of these that is offered (unless tool_choice names one)
     api_key: str | None = None  # if set, required as Bearer (or x-api-key on /v1/messages)
     endless: bool = False  # every answer never ends (as the ``endless`` fault)
+    # a slot's context in tokens, as llama-server has one (router/fake/context.py): a prompt that fills it is
+    # refused with llama-server's 400 (Anthropic's on /v1/messages), and /props, /apply-template, /tokenize
+    # and the model list's `meta.n_ctx` are served. 0: no limit, and none of those (as other servers)
+    n_ctx: int = 0
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.bad_kinds if k not in BAD_KINDS]
@@ -44,5 +48,7 @@ class FakeConfig:
                 raise ValueError(f"{name} must be within [0, 1], got {rate}")
         if self.words < 1:
             raise ValueError(f"words must be at least 1, got {self.words}")
+        if self.n_ctx < 0:
+            raise ValueError(f"n_ctx must be 0 (no limit) or more, got {self.n_ctx}")
         if self.finish_after < 0:
             raise ValueError(f"finish_after must be 0 (never) or more, got {self.finish_after}")

@@ -12,6 +12,13 @@ Endpoints
                              accepts ``x-api-key`` or ``Authorization: Bearer``.
   POST /v1/responses         OpenAI Responses API, JSON or SSE (``response.created`` ... ``.completed``).
   GET  /v1/models            lists ``config.model``.      GET /health -> ``{"status": "ok"}``.
+  GET  /v1/models/{id}       Anthropic's ModelInfo of ``id`` (``max_input_tokens`` with ``n_ctx``).
+  POST /v1/messages/count_tokens   Anthropic's count: ``{"input_tokens": N}`` (the fake's tokenizer).
+  With ``n_ctx`` > 0, as llama.cpp's llama-server (router/fake/context.py): GET /props
+  (``default_generation_settings.n_ctx``), POST /apply-template (``{"prompt"}``), POST /tokenize
+  (``{"tokens"}``), ``meta.n_ctx`` in the model list, and a prompt of ``n_ctx`` tokens or more refused
+  with llama-server's 400 ``exceed_context_size_error`` (on /v1/messages: Anthropic's "prompt is too
+  long", over ``n_ctx``). A refusal draws nothing.
   GET  /_fake/requests       the last 100 /v1/* requests: method, path, headers (lower-case names),
                              body (parsed JSON). ``DELETE /_fake/requests`` clears them.
   GET  /_fake/stats          ``{"requests": N, "streams": N, "open_connections": N}`` (/v1/* requests,
@@ -68,12 +75,14 @@ import socket
 import struct
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from router.fake.config import FakeConfig
+from router.fake.context import prompt_size, render, tokenize, too_long
 from router.fake.faults import Plan, plan_of, send_endless
 from router.fake.responses import MALFORMED_RESPONSES, response_events, response_object, responses_tools
 from router.fake.tools import Answer, make_text, tool_answer
@@ -202,6 +211,9 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
         return _error(400, f"fake upstream: tool_choice names {chosen!r}, which is not in tools", anthropic)
     if tools and _finished(body, chosen, st.config.finish_after):
         tools = []
+    size = prompt_size(body) if st.config.n_ctx else 0
+    if size and (refusal := too_long(size, st.config.n_ctx, anthropic)) is not None:
+        return web.Response(status=400, body=refusal, headers=_JSON)
     plan = plan_of(request.headers.get("x-fake-fault"), st.rng, st.config)
     if isinstance(plan, str):
         return _error(400, plan, anthropic)
@@ -227,7 +239,7 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
         return await send_endless(request, stream, answer.tool_name)
     model = body.get("model")
     model = model if isinstance(model, str) else cfg.model
-    prompt, completion = prompt_tokens(body), len(answer.text or answer.tool_args or "") // 4 + 1
+    prompt, completion = size or prompt_tokens(body), len(answer.text or answer.tool_args or "") // 4 + 1
     headers = {"x-fake-defect": answer.defect} if answer.defect else {}
     if api == "responses":
         response = response_object(answer, f"{rid:024x}", model, (prompt, completion))
@@ -280,8 +292,75 @@ def _api(name: str) -> Any:
 async def _models(request: web.Request) -> web.Response:
     st = request.app[STATE]
     _record(st, request, b"")
-    data = [{"id": st.config.model, "object": "model", "created": 0, "owned_by": "agent-router-fake"}]
-    return web.Response(body=orjson.dumps({"object": "list", "data": data}), headers=_JSON)
+    entry: dict[str, Any] = {"id": st.config.model, "object": "model", "created": 0, "owned_by": "agent-router-fake"}
+    if st.config.n_ctx:  # as llama-server: a slot's context, and the model's (here the same)
+        entry["meta"] = {"n_ctx": st.config.n_ctx, "n_ctx_train": st.config.n_ctx}
+    return web.Response(body=orjson.dumps({"object": "list", "data": [entry]}), headers=_JSON)
+
+
+async def _model(request: web.Request) -> web.Response:
+    """Anthropic's GET /v1/models/{id}."""
+    st = request.app[STATE]
+    _record(st, request, b"")
+    info: dict[str, Any] = {"type": "model", "id": request.match_info["id"], "display_name": request.match_info["id"],
+                            "created_at": "1970-01-01T00:00:00Z", "lifecycle": "active"}  # fmt: skip
+    if st.config.n_ctx:
+        info["max_input_tokens"] = st.config.n_ctx
+    return web.Response(body=orjson.dumps(info), headers=_JSON)
+
+
+async def _count_tokens(request: web.Request) -> web.Response:
+    """Anthropic's POST /v1/messages/count_tokens: the fake's count, calling no model."""
+    st = request.app[STATE]
+    body = _record(st, request, await request.read())
+    if not _authorized(st, request, True):
+        return _error(401, "fake upstream: invalid API key", True)
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or "max_tokens" in body:
+        return _error(400, "fake upstream: count_tokens takes a 'messages' list (and no max_tokens)", True)
+    return web.Response(body=orjson.dumps({"input_tokens": prompt_size(body)}), headers=_JSON)
+
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def _llama(handler: Handler) -> Handler:
+    """A llama-server endpoint: served when the fake has a context (`n_ctx`), else 404 as elsewhere."""
+
+    async def serve(request: web.Request) -> web.Response:
+        if not request.app[STATE].config.n_ctx:
+            raise web.HTTPNotFound()
+        return await handler(request)
+
+    return serve
+
+
+async def _props(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    props = {"default_generation_settings": {"n_ctx": st.config.n_ctx, "params": {}}, "total_slots": 1,
+             "model_alias": st.config.model}  # fmt: skip
+    return web.Response(body=orjson.dumps(props), headers=_JSON)
+
+
+async def _apply_template(request: web.Request) -> web.Response:
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        body = None
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return _error(400, "fake upstream: body must be a JSON object with a 'messages' list", False)
+    return web.Response(body=orjson.dumps({"prompt": render(body)}), headers=_JSON)
+
+
+async def _tokenize(request: web.Request) -> web.Response:
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        body = None
+    content = body.get("content", "") if isinstance(body, dict) else None
+    if not isinstance(content, str):
+        return _error(400, "fake upstream: 'content' must be a string", False)
+    tokens = tokenize(content, add_special=body.get("add_special") is True)
+    return web.Response(body=orjson.dumps({"tokens": tokens}), headers=_JSON)
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -313,6 +392,11 @@ def create_fake_app(config: FakeConfig) -> web.Application:
     app.router.add_post("/v1/messages", _api("messages"))
     app.router.add_post("/v1/responses", _api("responses"))
     app.router.add_get("/v1/models", _models)
+    app.router.add_get("/v1/models/{id}", _model)
+    app.router.add_post("/v1/messages/count_tokens", _count_tokens)
+    app.router.add_get("/props", _llama(_props))
+    app.router.add_post("/apply-template", _llama(_apply_template))
+    app.router.add_post("/tokenize", _llama(_tokenize))
     app.router.add_get("/health", _health)
     app.router.add_get("/_fake/requests", _get_requests)
     app.router.add_delete("/_fake/requests", _clear_requests)

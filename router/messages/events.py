@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from router.errors import RouterError
+from router.errors import ContextExceeded, RouterError
 from router.messages.translate import new_tool_id, usage_of
 from router.upstream.base import Chunk
 from router.upstream.messages_view import stop_reason
@@ -29,9 +29,11 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
 
 
 def error_body(exc: RouterError) -> dict[str, Any]:
-    """Anthropic's error shape: `{"type": "error", "error": {"type", "message"}}`."""
+    """Anthropic's error shape: `{"type": "error", "error": {"type", "message"}}` (a prompt too long
+    for every tier in Anthropic's words, which Claude Code answers by compacting)."""
     kind = _ERROR_TYPES.get(exc.http_status, "invalid_request_error" if exc.http_status < 500 else "api_error")
-    return {"type": "error", "error": {"type": kind, "message": exc.message}}
+    message = exc.anthropic_message if isinstance(exc, ContextExceeded) else exc.message
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 class MessageEvents:

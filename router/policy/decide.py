@@ -22,11 +22,25 @@ CHARS_PER_TOKEN = 4  # a cheap, tokenizer-free estimate; good enough for routing
 class Features:
     model: str
     tool_names: tuple[str, ...] = ()
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # estimated tokens of the messages' text (characters / CHARS_PER_TOKEN)
     last_role: str | None = None
     stream: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
     pinned_tool: str | None = None  # the function a named tool_choice forces
+    tool_tokens: int = 0  # estimated tokens of the tool definitions (their JSON / CHARS_PER_TOKEN), set once read
+
+    @property
+    def context_tokens(self) -> int:
+        """The estimated prompt a tier's context must hold: the messages and the tool definitions."""
+        return self.prompt_tokens + self.tool_tokens
+
+    def with_tools(self, chars: int) -> Features:
+        """These features with tool definitions of `chars` characters (as JSON). Built directly:
+        `dataclasses.replace` costs a few µs more, on every call that offers tools."""
+        if not chars:
+            return self
+        return Features(self.model, self.tool_names, self.prompt_tokens, self.last_role, self.stream, self.headers,
+                        self.pinned_tool, chars // CHARS_PER_TOKEN)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +52,8 @@ class Live:
     degraded: Mapping[tuple[str, str], float] = field(default_factory=dict)
     # adaptive routing: (route, tool) → calls diverted so far (every probe_every-th one probes)
     diverted: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # tier → its context window in tokens, where known (router/core/context.py)
+    windows: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +140,38 @@ def routed_by_policy(f: Features, policy: Policy) -> bool:
     return policy.resolve_alias(f.model) == "auto"
 
 
+def fits(tokens: int, window: int | None) -> bool:
+    """A prompt of `tokens` fits a context of `window` tokens (None: not known, taken to fit). One
+    that fills it does not: there is no room for an answer (llama-server refuses it)."""
+    return window is None or tokens < window
+
+
 def decide(f: Features, policy: Policy, live: Live = Live()) -> Decision:
-    """Which tier answers this call, by which route, and why. Raises NotFound for unknown models."""
+    """Which tier answers this call, by which route, and why. Raises NotFound for unknown models.
+    A call whose estimated prompt does not fit the tier's known context window goes to the first
+    tier it would escalate to that it fits (`fitted`)."""
+    decision = _routed(f, policy, live)
+    return fitted(decision, f.context_tokens, policy, live.windows) if live.windows else decision
+
+
+def fitted(decision: Decision, tokens: int, policy: Policy, windows: Mapping[str, int]) -> Decision:
+    """`decision`, or — when a prompt of `tokens` does not fit its tier's window — the first tier of
+    its escalation chain that the prompt fits (an unknown window is taken to fit). When none does,
+    the one with the largest window: its server counts the prompt exactly, and says if it is too long."""
+    window = windows.get(decision.tier)
+    if fits(tokens, window):
+        return decision
+    beyond = policy.escalation.beyond(decision.tier)
+    tier = next((t for t in beyond if fits(tokens, windows.get(t))), None)
+    if tier is None:
+        tier = max((decision.tier, *beyond), key=lambda t: windows.get(t, 0))
+        if tier == decision.tier:
+            return decision
+    reason = f"{decision.reason}; the prompt (~{tokens} tokens) does not fit {decision.tier!r} ({window} tokens)"
+    return Decision(tier, decision.route, reason, decision.diverted_tool)
+
+
+def _routed(f: Features, policy: Policy, live: Live) -> Decision:
     target = policy.resolve_alias(f.model)
     if target is None:
         raise NotFound(f"The model {f.model!r} is not served here; see GET /v1/models.", param="model")

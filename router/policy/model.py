@@ -115,6 +115,12 @@ class Tier(Strict):
         description="client APIs this openai/ tier serves itself (POST {api_base}/responses): passed through",
     )
     sessions: Sessions = Sessions()
+    context_window: int | None = Field(
+        default=None,
+        ge=1,
+        description="prompt tokens this tier takes at most; the least of it and what its server reports "
+        "counts (router/core/context.py). Default: what the server reports (llama-server, vLLM, Anthropic)",
+    )
 
     @property
     def provider(self) -> str:
@@ -296,6 +302,12 @@ class Escalation(Strict):
         if self.to is None:
             return ()
         return (self.to,) if isinstance(self.to, str) else tuple(self.to)
+
+    def beyond(self, tier: str) -> tuple[str, ...]:
+        """The tiers a call on `tier` escalates to, in order: the chain after it (all of it when
+        `tier` is not in it)."""
+        chain = self.chain
+        return chain[chain.index(tier) + 1 :] if tier in chain else chain
 
 
 class Lane(Strict):

@@ -7,6 +7,8 @@
     complete(router, turn, save)       → (trace, Response object)          non-streaming
     events(turn, trace, chunks, save)  → Responses events of a pipeline stream
     warm_up(turn, save)                → created + completed events of `generate: false`
+    failed(turn, exc)                  → created, in_progress, `response.failed`: a prompt no tier's
+                                       context takes, on a stream (OpenAI's way; Codex compacts on it)
     left_out(router, turn, trace)      what the answering tier was not sent (counted; the header)
 
 The pipeline does routing, validation, escalation and recording; nothing here repeats it. `save`
@@ -29,7 +31,7 @@ from router.core import pipeline
 from router.core.call import Call
 from router.core.escalation import Trace
 from router.core.response_state import ResponseCache, ResponseState, Stored, stored
-from router.errors import BadRequest, RouterError
+from router.errors import BadRequest, ContextExceeded, RouterError
 from router.policy.decide import features_of
 from router.policy.model import Policy
 from router.responses.events import Event, EventBuilder
@@ -208,3 +210,15 @@ def warm_up(turn: Turn, save: Save) -> list[Event]:
     b = event_builder(turn)
     created = b.event("response.created", response=b.response("in_progress"))
     return [created, b.event("response.completed", response=b.response("completed"))]
+
+
+def failed(turn: Turn, exc: ContextExceeded) -> list[Event]:
+    """The events of a streamed response whose prompt no tier's context takes: `response.created`,
+    `.in_progress` and `response.failed` with `context_length_exceeded`, as OpenAI's Responses API
+    streams it (a client such as Codex compacts its conversation on that, not on an HTTP 400).
+    Nothing is remembered of it."""
+    b = event_builder(turn)
+    events = b.start()
+    error = {"code": exc.code, "message": exc.message}
+    events.append(b.event("response.failed", response={**b.response("failed"), "error": error}))
+    return events

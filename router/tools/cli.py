@@ -107,6 +107,9 @@ def fake_upstream(
     prefer_tool: Annotated[
         list[str] | None, typer.Option(help="call this tool when offered (repeatable: the first offered wins)")
     ] = None,
+    n_ctx: Annotated[
+        int, typer.Option(help="a context in tokens, as llama-server's: longer prompts refused (0: no limit)")
+    ] = 0,
 ) -> None:
     """Run the deterministic, fault-injecting fake model server (OpenAI-compatible)."""
     from router.fake import FakeConfig, run_fake
@@ -133,6 +136,7 @@ def fake_upstream(
         finish_after=finish_after,
         prefer_tools=tuple(prefer_tool or ()),
         endless=endless,
+        n_ctx=n_ctx,
     )
     typer.echo(f"fake upstream on http://{host}:{port}/v1")
     run_fake(config, host, port)

@@ -21,7 +21,7 @@ import orjson
 from router.errors import UpstreamError, upstream_text
 from router.policy.model import Tier
 from router.sessions import Session
-from router.upstream.base import Chunk, Limits, Native, Reply, native_event
+from router.upstream.base import Chunk, Limits, Native, Reply, native_event, token_count
 from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
 from router.upstream.messages_view import chat_message, finish_reason
@@ -36,7 +36,7 @@ class AnthropicUpstream(PooledHTTP):
 
     def __init__(self, tier: str, config: Tier, limits: Limits | None = None) -> None:
         super().__init__(tier, config, limits)
-        base = (config.api_bases[0] if config.api_bases else ANTHROPIC_API).rstrip("/")
+        base = self.base = (config.api_bases[0] if config.api_bases else ANTHROPIC_API).rstrip("/")
         self.url, self.warm_urls = base + "/v1/messages", (base + "/v1/models",)
         self._headers.update({"accept": "application/json, text/event-stream", "anthropic-version": ANTHROPIC_VERSION})
         if self._key:
@@ -75,6 +75,33 @@ class AnthropicUpstream(PooledHTTP):
     def stream_native(self, native: Native, deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
         data, headers = self._request(native, True)
         return self.post_events(self.url, data, deadline, ChatView(self.tier, self._secrets).chunk, headers)
+
+    async def context_window(self, deadline: float) -> int | None:
+        """The model's `max_input_tokens` (GET /v1/models/{model}), else what litellm knows of it."""
+        info = await self.get_json(f"{self.base}/v1/models/{self.model}", deadline)
+        window = token_count(info.get("max_input_tokens")) if isinstance(info, dict) else 0
+        return window or await self._chat.context_window(deadline)
+
+    async def count_tokens(self, body: dict[str, Any], deadline: float, native: Native | None = None) -> int | None:
+        """A Messages request counted by Anthropic (POST /v1/messages/count_tokens, which calls no
+        model); a chat request is not (None)."""
+        if native is None or native.dialect != "messages":
+            return None
+        counted = {k: v for k, v in native.body.items() if k in _COUNTED} | {"model": self.model}
+        headers = {k: v for k, v in native.headers.items() if k in FORWARDED_HEADERS}
+        try:
+            reply = await self.post_json(self.url + "/count_tokens", orjson.dumps(counted), deadline, _counted, headers)
+        except UpstreamError:
+            return None
+        return token_count(reply.data.get("input_tokens")) or None
+
+
+# The fields of a Messages request that count_tokens takes (the others, max_tokens among them, it refuses).
+_COUNTED = frozenset({"messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"})
+
+
+def _counted(raw: bytes, data: dict[str, Any]) -> Reply:
+    return Reply(data, raw)
 
 
 # Fields the checks and the stream's framing (router/messages/events.py) read, and their types: an

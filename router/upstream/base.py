@@ -2,6 +2,8 @@
 
     Upstream.complete(body, deadline) -> Reply      # a whole chat.completion
     Upstream.stream(body, deadline)   -> Chunks     # chat.completion.chunk dicts, in order
+    Upstream.context_window(deadline) -> int | None # its context in tokens, as its server reports it
+    Upstream.count_tokens(body, deadline, native) -> int | None   # a prompt's tokens, by its tokenizer
 
 A tier that also speaks a client's own API (its `dialects`, e.g. "messages" for `anthropic/*` tiers)
 is a `NativeUpstream` (`speaks(upstream, dialect)`): it takes that request unchanged through
@@ -81,6 +83,17 @@ class Upstream(Protocol):
     async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply: ...
 
     def stream(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]: ...
+
+    async def context_window(self, deadline: float) -> int | None:
+        """The tier's context window in tokens as its server reports it (a slot's, where the server
+        splits its context); None when it reports none, or cannot be asked. Never raises."""
+        ...
+
+    async def count_tokens(self, body: dict[str, Any], deadline: float, native: Native | None = None) -> int | None:
+        """The prompt tokens of `body` (a chat request; or `native`, the client's own request, when
+        this tier speaks its dialect) as this tier's tokenizer counts them, its chat template and
+        tools included; None when it has no tokenizer to ask. Calls no model; never raises."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,9 +24,10 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
+from router.errors import ContextExceeded, UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
 from router.policy.model import Tier
 from router.upstream.base import Chunk, Limits, Reply
+from router.upstream.context import exceeded
 
 log = logging.getLogger("router.upstream")
 
@@ -305,12 +306,33 @@ class PooledHTTP:
             return UpstreamError(f"tier {self.tier!r} closed the connection", tier=self.tier)
         return UpstreamError(f"tier {self.tier!r} failed ({type(exc).__name__})", tier=self.tier)
 
+    async def get_json(self, url: str, deadline: float) -> Any:
+        """GET `url` and parse its JSON body, bounded as an answer is, within `connect` + 2 s and the
+        deadline; None for whatever fails (a server that does not have it, or is not up)."""
+        assert self._session is not None, "start() first"
+        remaining = deadline - asyncio.get_running_loop().time()
+        timeout = aiohttp.ClientTimeout(total=min(self.config.timeouts.connect + 2, max(remaining, 0.001)))
+        try:
+            with self._in_flight():
+                async with self._session.get(self._url(url), timeout=timeout) as resp:
+                    raw = await self._body(resp)
+                    return orjson.loads(raw) if resp.status == 200 else None
+        except Oversized as exc:
+            self.limits.tripped(exc.limit)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            pass
+        return None
+
     async def _error_status(self, resp: aiohttp.ClientResponse) -> NoReturn:
         raw = await resp.content.read(4096)
+        text = raw.decode("utf-8", "replace")
         try:
-            message = str(orjson.loads(raw)["error"]["message"])
+            error = orjson.loads(raw)["error"]
+            message = str(error["message"])
         except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
-            message = raw.decode("utf-8", "replace")
+            error = message = text
+        if resp.status == 400 and (too_long := exceeded(error)) is not None:  # not the tier's fault
+            raise ContextExceeded(tier=self.tier, prompt_tokens=too_long[0], window=too_long[1])
         message = upstream_text(message, self._secrets)
         raise UpstreamStatus(
             f"tier {self.tier!r} answered HTTP {resp.status}: {message}",

@@ -13,10 +13,11 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from router.errors import UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
+from router.errors import ContextExceeded, UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
 from router.policy.model import Tier
 from router.sessions import Session
-from router.upstream.base import Chunk, Reply
+from router.upstream.base import Chunk, Native, Reply, token_count
+from router.upstream.context import exceeded
 
 # The fields of a client's body that reach litellm: the OpenAI request (plus `thinking`/`top_k`, which
 # providers take). Anything else would reach `litellm.acompletion` as one of litellm's own keyword
@@ -58,6 +59,20 @@ class LitellmUpstream:
     async def close(self) -> None:
         return None
 
+    async def context_window(self, deadline: float) -> int | None:
+        """The model's `max_input_tokens` in litellm's own table (read from the package, no request)."""
+        try:
+            info = self._litellm.get_model_info(self.config.model)
+        except Exception:  # a model litellm does not know: it raises
+            return None
+        if not isinstance(info, dict):
+            return None
+        return token_count(info.get("max_input_tokens")) or None
+
+    async def count_tokens(self, body: dict[str, Any], deadline: float, native: Native | None = None) -> int | None:
+        """None: litellm's counters fetch tokenizers from a model hub, which the router never does."""
+        return None
+
     def _kwargs(self, body: dict[str, Any], deadline: float, stream: bool) -> dict[str, Any]:
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
@@ -87,7 +102,13 @@ class LitellmUpstream:
         if isinstance(exc, TimeoutError) or (lit is not None and isinstance(exc, lit.Timeout)):
             return UpstreamTimeout(f"tier {self.tier!r} timed out", tier=self.tier)
         status = getattr(exc, "status_code", None)
-        message = upstream_text(str(getattr(exc, "message", "") or ""), self._secrets)
+        text = str(getattr(exc, "message", "") or "")
+        too_long = exceeded(text) if status == 400 else None
+        if too_long is None and lit is not None and isinstance(exc, lit.ContextWindowExceededError):
+            too_long = exceeded(text) or (None, None)
+        if too_long is not None:  # not the tier's fault
+            return ContextExceeded(tier=self.tier, prompt_tokens=too_long[0], window=too_long[1])
+        message = upstream_text(text, self._secrets)
         if isinstance(status, int) and status >= 400:
             message = f"tier {self.tier!r} answered HTTP {status}: {message}"
             return UpstreamStatus(message, tier=self.tier, upstream_status=status)

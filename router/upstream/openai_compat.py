@@ -23,17 +23,21 @@ from typing import Any
 
 import orjson
 
-from router.errors import UpstreamError, upstream_text
+from router.errors import UpstreamError, UpstreamStatus, upstream_text
 from router.policy.model import Tier
 from router.sessions import Session
 from router.sessions.affinity import Affinity, Lease
 from router.upstream import llama_cpp
 from router.upstream.base import Chunk, Limits, Native, Prompt, Reply, token_count
+from router.upstream.context import props_window, served_window
 from router.upstream.http import PooledHTTP
 from router.upstream.responses_tools import ToolMap
 from router.upstream.responses_view import ChatView, completion_of
 
 log = logging.getLogger("router.upstream")
+
+# what a server without llama-server's /apply-template and /tokenize answers there
+_NOT_HERE = frozenset({401, 403, 404, 405, 501})
 
 
 class OpenAICompatUpstream(PooledHTTP):
@@ -50,6 +54,7 @@ class OpenAICompatUpstream(PooledHTTP):
         self.llama_cpp = False  # the server is llama.cpp's llama-server (router/upstream/llama_cpp.py)
         self.dialects: frozenset[str] = frozenset(config.apis)  # client APIs passed through (`complete_native`)
         self._headers["accept"] = "application/json, text/event-stream"
+        self._tokenizes = True  # until the server shows it has no /apply-template and /tokenize
         if self._key:
             self._headers["authorization"] = f"Bearer {self._key}"
 
@@ -184,6 +189,40 @@ class OpenAICompatUpstream(PooledHTTP):
             raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event ({problem})", tier=self.tier)
         return Chunk(data, raw, prompt=prompt_of(data) if "usage" in data or "timings" in data else None)
 
+    # -- context (router/upstream/context.py) ---------------------------------------------------
+    @property
+    def server_root(self) -> str:
+        """The server's own root, where llama-server has /props, /apply-template and /tokenize."""
+        return self.roots[0]
+
+    async def context_window(self, deadline: float) -> int | None:
+        """From GET {api_base}/models (llama-server: `meta.n_ctx`; vLLM: `max_model_len`), else
+        llama-server's GET /props; None from servers that say neither (llama-cpp-python's, OpenAI)."""
+        window = served_window(await self.get_json(self.warm_urls[0], deadline), self.config.upstream_model)
+        return window or props_window(await self.get_json(self.server_root + "/props", deadline))
+
+    async def count_tokens(self, body: dict[str, Any], deadline: float, native: Native | None = None) -> int | None:
+        """llama-server's count: the request as this tier would send it (`chat_payload`) through its
+        chat template (POST /apply-template), then its tokenizer (POST /tokenize, the special tokens
+        as a completion adds and parses them). A server without those endpoints is not asked again."""
+        if not self._tokenizes:
+            return None
+        root = self.server_root
+        try:
+            rendered = await self.post_json(root + "/apply-template", self.chat_payload(body), deadline, _as_reply)
+            prompt = rendered.data.get("prompt")
+            if not isinstance(prompt, str):
+                return None
+            asked = orjson.dumps({"content": prompt, "add_special": True, "parse_special": True})
+            tokens = (await self.post_json(root + "/tokenize", asked, deadline, _as_reply)).data.get("tokens")
+        except UpstreamStatus as exc:
+            if exc.upstream_status in _NOT_HERE:  # no such endpoint (or not for this client): not llama-server
+                self._tokenizes = False
+            return None
+        except UpstreamError:
+            return None
+        return len(tokens) if isinstance(tokens, list) else None
+
 
 def prompt_of(data: dict[str, Any]) -> Prompt | None:
     """The server's own count of the prompt: llama.cpp's `timings` (`prompt_n` evaluated, `cache_n`
@@ -197,6 +236,9 @@ def prompt_of(data: dict[str, Any]) -> Prompt | None:
     details = usage.get("prompt_tokens_details")
     cached = token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
     return Prompt(max(0, token_count(usage.get("prompt_tokens")) - cached), cached)
+
+def _as_reply(raw: bytes, data: dict[str, Any]) -> Reply:
+    return Reply(data, raw)
 
 
 def _response(raw: bytes, response: dict[str, Any], tools: ToolMap) -> Reply:

@@ -118,7 +118,7 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     return {**env, **QUIET, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), **extra}
 
 
-async def run_cli(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = CLI_TIMEOUT) -> tuple[int, str, str]:
+async def run_cli(argv: list[str], cwd: Path, env: dict[str, str], limit: float = CLI_TIMEOUT) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
@@ -129,12 +129,12 @@ async def run_cli(argv: list[str], cwd: Path, env: dict[str, str], timeout: floa
         start_new_session=True,  # its children go with it on a timeout
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        out, err = await asyncio.wait_for(proc.communicate(), limit)
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 9)
         out, err = await proc.communicate()
-        pytest.fail(f"{Path(argv[0]).name} did not finish within {timeout}s:\n{err.decode()[-3000:]}")
+        pytest.fail(f"{Path(argv[0]).name} did not finish within {limit}s:\n{err.decode()[-3000:]}")
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 

@@ -94,20 +94,21 @@ def reset(work: Path) -> None:
 async def claude(base: str, home: Path, work: Path, task: str) -> tuple[int, str, str]:
     env = clean_env(home, ANTHROPIC_BASE_URL=base, ANTHROPIC_API_KEY="sk-ant-local")
     argv = [str(cli("claude")), "-p", task, "--output-format", "json", "--dangerously-skip-permissions"]
-    return await run_cli(argv, work, env, timeout=RUN_TIMEOUT)
+    return await run_cli(argv, work, env, limit=RUN_TIMEOUT)
 
 
 async def codex(base: str, home: Path, work: Path, task: str, *, websockets: bool) -> tuple[int, str, str]:
     config = codex_home(home, base, websockets=websockets)
     env = clean_env(home, CODEX_HOME=str(config), ROUTER_API_KEY="local")
     argv = [str(cli("codex")), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", task]
-    return await run_cli(argv, work, env, timeout=RUN_TIMEOUT)
+    return await run_cli(argv, work, env, limit=RUN_TIMEOUT)
 
 
 async def test_claude_code_reads_a_file_and_answers(local_up: str, workspace: tuple[Path, Path]) -> None:
     home, work = workspace
     reset(work)
-    code, out, err = await claude(local_up, home, work, "What is the secret word in notes.txt? Answer with the word only.")
+    task = "What is the secret word in notes.txt? Answer with the word only."
+    code, out, err = await claude(local_up, home, work, task)
     assert code == 0, f"exit {code}\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}"
     result = orjson.loads(out)
     assert result["is_error"] is False and SECRET.lower() in result["result"].lower(), result

@@ -6,6 +6,7 @@ import httpx
 import openai
 import pytest
 
+from router.fake import FakeConfig
 from tests.conftest import policy_text
 
 TOOLS = [
@@ -68,6 +69,22 @@ async def test_access_log_has_one_line_per_request(fake, proxy_, caplog) -> None
     assert lines[1].startswith("POST /v1/chat/completions 200 tier=fast route=simple-tool-call escalated=false ")
     assert lines[2].startswith("GET /nowhere/models 404 tier=- route=- escalated=- ")
     assert all(line.endswith("ms") for line in lines)
+
+
+async def test_access_log_names_the_tier_and_route_of_a_failed_call(start_fake_, proxy_, caplog) -> None:
+    short = await start_fake_(FakeConfig(n_ctx=16))  # a prompt too long for it: its 400
+    broken = await start_fake_(FakeConfig(error_rate=1.0))  # HTTP 500 on every call
+    routes = "routes:\n  - {name: tools, when: {tools: {present: true}}, use: fast}\n  - {name: default, use: full}\n"
+    proxy = await proxy_(policy_text(broken.url, short.url, routes=routes, breakers=False))
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0)
+    with caplog.at_level("INFO", logger="router.access"):
+        with pytest.raises(openai.BadRequestError):
+            await client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "word " * 50}])
+        with pytest.raises(openai.APIStatusError):
+            await client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "x"}], tools=TOOLS)
+    lines = [r.getMessage() for r in caplog.records if r.name == "router.access"]
+    assert lines[0].startswith("POST /v1/chat/completions 400 tier=full route=default escalated=false "), lines
+    assert lines[1].startswith("POST /v1/chat/completions 502 tier=fast route=tools escalated=false "), lines
 
 
 async def test_access_log_can_be_turned_off(fake, proxy_, caplog) -> None:

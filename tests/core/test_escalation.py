@@ -9,7 +9,7 @@ import pytest
 
 from router.api.headers import router_headers
 from router.core import pipeline
-from router.errors import ChecksFailed, UpstreamError
+from router.errors import ChecksFailed, ContextExceeded, UpstreamError
 from tests.conftest import policy_text
 from tests.core.test_pipeline import ask
 from tests.scripted import UNUSED, Scripted, call, started
@@ -89,3 +89,65 @@ async def test_an_upstream_error_escalates_like_a_mistake(tmp_path: Path) -> Non
     async with started(policy(), tmp_path, fast=fast, full=full) as router:
         trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
     assert trace.tried == ["fast", "full"] and trace.mistakes == ["upstream_error"]
+
+
+# ---------------------------------------------------------------------- a prompt too long for a tier's context
+
+
+def too_long(tier: str, prompt_tokens: int | None = 5000, window: int | None = 4096) -> ContextExceeded:
+    return ContextExceeded(tier=tier, prompt_tokens=prompt_tokens, window=window)
+
+
+async def test_a_prompt_too_long_for_a_tier_goes_on_to_a_larger_one_and_is_nobodys_mistake(tmp_path: Path) -> None:
+    fast, full = Scripted("fast", [too_long("fast")]), Scripted("full", [GOOD])
+    async with started(policy(), tmp_path, fast=fast, full=full) as router:
+        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
+        await router.store.flush()
+        stats = await router.store.stats()
+        escalated = router.metrics.context_exceeded.labels("fast", "escalated")._value.get()
+        assert router.windows.known()["fast"] == 4096  # what its error said
+        assert router.breakers.snapshot().get("fast", {}).get("failures", 0) == 0
+    assert trace.tried == ["fast", "full"] and trace.mistakes == []
+    assert escalated == 1
+    assert "mistakes" not in stats["tiers"].get("fast", {}) or not stats["tiers"]["fast"]["mistakes"]
+
+
+async def test_a_prompt_too_long_for_every_tier_is_the_clients_context_error(tmp_path: Path) -> None:
+    fast, full = Scripted("fast", [too_long("fast")]), Scripted("full", [too_long("full", 5000, None)], window=8000)
+    async with started(policy(), tmp_path, fast=fast, full=full) as router:
+        await router.windows.settled(5)
+        with pytest.raises(ContextExceeded) as caught:
+            await pipeline.complete(router, ask("weather?", tools=True))
+        refused = router.metrics.context_exceeded.labels("full", "refused")._value.get()
+    error = caught.value
+    assert (error.http_status, error.code) == (400, "context_length_exceeded")
+    assert (error.prompt_tokens, error.window) == (5000, 8000)  # as full counted it, and full's window
+    assert error.anthropic_message == "prompt is too long: 5000 tokens > 8000 maximum"
+    assert error.to_body()["error"]["type"] == "invalid_request_error"
+    assert error.routed == {"tier": "full", "route": "simple-tool-call", "escalated": "true"}
+    assert refused == 1
+
+
+async def test_a_tier_known_to_be_too_small_is_passed_over_before_the_call(tmp_path: Path) -> None:
+    fast, full = Scripted("fast", [], window=16), Scripted("full", [GOOD])  # the tools alone are more
+    async with started(policy(), tmp_path, fast=fast, full=full) as router:
+        await router.windows.settled(5)
+        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
+    assert trace.tried == ["full"] and not fast.bodies and not trace.escalated
+    assert trace.route == "simple-tool-call" and "does not fit 'fast'" in trace.decision.reason
+
+
+async def test_what_a_context_error_said_routes_the_next_call(tmp_path: Path) -> None:
+    fast, full = Scripted("fast", [too_long("fast", 70, 20)]), Scripted("full", [GOOD, GOOD])
+    async with started(policy(), tmp_path, fast=fast, full=full) as router:
+        await pipeline.complete(router, ask("weather?", tools=True))
+        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
+    assert len(fast.bodies) == 1 and trace.tried == ["full"]
+
+
+async def test_with_no_attempt_left_a_prompt_too_long_is_refused_at_once(tmp_path: Path) -> None:
+    fast, full = Scripted("fast", [too_long("fast")]), Scripted("full", [GOOD])
+    async with started(policy("{to: full, max_attempts: 1}"), tmp_path, fast=fast, full=full) as router:
+        with pytest.raises(ContextExceeded) as caught:
+            await pipeline.complete(router, ask("weather?", tools=True))
+    assert (caught.value.prompt_tokens, caught.value.window) == (5000, 4096) and not full.bodies

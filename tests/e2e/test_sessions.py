@@ -51,7 +51,7 @@ def qwen_tiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CppSe
     logs = tmp_path_factory.mktemp("sessions")
     servers = tuple(
         CppServer(
-            name, model, _free_port(), logs / f"{name}.log", alias=QWEN25_CODER_0_5B.alias, n_ctx=4096, slots=SLOTS
+            name, model, _free_port(), logs / f"{name}.log", alias=QWEN25_CODER_0_5B.alias, n_ctx=8192, slots=SLOTS
         )
         for name in ("fast", "full")
     )

@@ -555,3 +555,62 @@ async def test_prefer_tools_picks_the_first_offered_and_keeps_the_draws(make_fak
             forced = await oai.chat.completions.create(model="m", messages=MESSAGES, tools=tools, tool_choice=chosen)  # type: ignore[arg-type]
             assert forced.choices[0].message.tool_calls[0].function.name == "a"  # type: ignore[index,union-attr]
     assert names[1] == ["c", "c", "c"] and ids[0] == ids[1]
+
+
+# ------------------------------------------------------------------------------ a context (n_ctx), as llama-server
+
+
+async def test_a_fake_with_a_context_serves_llama_servers_endpoints_and_refuses_as_it_does(make_fake: Factory) -> None:
+    fake = await make_fake(n_ctx=64)
+    root = fake.url.removesuffix("/v1")
+    short = {"model": "m", "messages": [{"role": "user", "content": "Hi there!"}]}
+    long = {"model": "m", "messages": [{"role": "user", "content": "word " * 100}]}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(root + "/props") as r:
+            assert (await r.json())["default_generation_settings"]["n_ctx"] == 64
+        async with http.get(fake.url + "/models") as r:
+            assert (await r.json())["data"][0]["meta"]["n_ctx"] == 64
+        async with http.post(root + "/apply-template", json=short) as r:
+            prompt = (await r.json())["prompt"]
+        assert "Hi there!" in prompt
+        async with http.post(root + "/tokenize", json={"content": prompt, "add_special": True}) as r:
+            counted = len((await r.json())["tokens"])
+    answer = await client(fake).chat.completions.create(**short)
+    assert answer.usage is not None and answer.usage.prompt_tokens == counted  # the count a completion makes
+    with pytest.raises(openai.BadRequestError) as info:
+        await client(fake).chat.completions.create(**long)
+    error = info.value.body
+    assert isinstance(error, dict) and error["type"] == "exceed_context_size_error" and error["n_ctx"] == 64
+    assert error["n_prompt_tokens"] > 64
+    assert error["message"].startswith(f"request ({error['n_prompt_tokens']} tokens) exceeds the available context")
+    with pytest.raises(openai.BadRequestError):  # streamed alike: refused before the stream starts
+        await client(fake).chat.completions.create(**long, stream=True)
+
+
+async def test_a_fake_with_a_context_answers_messages_as_anthropic_does(make_fake: Factory) -> None:
+    fake = await make_fake(n_ctx=64)
+    sdk = anthropic.AsyncAnthropic(base_url=fake.url.removesuffix("/v1"), api_key="x", max_retries=0)
+    long = [{"role": "user", "content": "word " * 100}]
+    counted = await sdk.messages.count_tokens(model="m", messages=long)
+    assert counted.input_tokens > 64
+    with pytest.raises(anthropic.BadRequestError) as info:
+        await sdk.messages.create(model="m", max_tokens=8, messages=long)
+    body = info.value.body
+    assert isinstance(body, dict)
+    assert body["error"] == {"type": "invalid_request_error",
+                             "message": f"prompt is too long: {counted.input_tokens} tokens > 64 maximum"}  # fmt: skip
+    info = await sdk.models.retrieve("m")
+    assert (getattr(info, "max_input_tokens", None) or (info.model_extra or {}).get("max_input_tokens")) == 64
+
+
+async def test_without_a_context_the_fake_has_no_llama_server_endpoints(make_fake: Factory) -> None:
+    fake = await make_fake()
+    root = fake.url.removesuffix("/v1")
+    async with aiohttp.ClientSession() as http:
+        for method, path in (("GET", "/props"), ("POST", "/apply-template"), ("POST", "/tokenize")):
+            async with http.request(method, root + path, json={}) as r:
+                assert r.status == 404
+        async with http.get(fake.url + "/models") as r:
+            assert "meta" not in (await r.json())["data"][0]
+    long = [{"role": "user", "content": "word " * 10_000}]
+    assert (await client(fake).chat.completions.create(model="m", messages=long)).choices  # no limit

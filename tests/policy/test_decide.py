@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from router.errors import NotFound
-from router.policy.decide import CHARS_PER_TOKEN, Decision, Features, Live, decide, features_of
+from router.policy.decide import CHARS_PER_TOKEN, Decision, Features, Live, decide, features_of, fits
 from router.policy.loader import parse_policy
 from router.policy.model import Policy
 
@@ -274,3 +274,63 @@ def test_features_feed_decide(policy: Policy) -> None:
     assert decide(features_of(body, {"x-team": "sre-1"}), policy).route == "ops-header"
     body["messages"][0]["content"] = "x" * 4 * 1000
     assert decide(features_of(body, {}), policy).route == "long"
+
+
+FIT_YAML = """\
+version: 1
+models:
+  fast: {model: openai/small, api_base: http://127.0.0.1:1/v1}
+  full: {model: openai/big, api_base: http://127.0.0.1:2/v1}
+  long: {model: openai/long, api_base: http://127.0.0.1:3/v1}
+  side: {model: openai/side, api_base: http://127.0.0.1:4/v1}
+aliases: {"*": auto, router-fast: fast}
+routes:
+  - name: tools
+    when: {tools: {present: true}}
+    use: fast
+  - name: default
+    use: full
+escalation: {to: [full, long]}
+"""
+WINDOWS = {"fast": 4096, "full": 32768, "long": 131072, "side": 1_000_000}
+
+
+@pytest.fixture(scope="module")
+def fit_policy() -> Policy:
+    return parse_policy(FIT_YAML, "fit.yaml", {})
+
+
+FITS: list[tuple[str, Features, dict[str, int], str]] = [
+    # (case id, features, windows known, tier)
+    ("fits its tier", Features("m", tools("x"), 4000, "user"), WINDOWS, "fast"),
+    ("fills it: no room to answer", Features("m", tools("x"), 4096, "user"), WINDOWS, "full"),
+    ("tool definitions count too", Features("m", tools("x"), 3000, "user", tool_tokens=1500), WINDOWS, "full"),
+    ("on to the first that fits", Features("m", tools("x"), 40_000, "user"), WINDOWS, "long"),
+    ("never a tier off the chain", Features("m", tools("x"), 500_000, "user"), WINDOWS, "long"),
+    ("none fits: the largest", Features("m", (), 200_000, "user"), WINDOWS, "long"),
+    ("a window not known fits", Features("m", tools("x"), 5000, "user"), {"fast": 4096, "long": 8192}, "full"),
+    ("nothing known: routed", Features("m", tools("x"), 10**6, "user"), {}, "fast"),
+    ("an alias's tier moves too", Features("router-fast", (), 5000, "user"), WINDOWS, "full"),
+    ("the chain's last stays", Features("m", (), 200_000, "user"), {"full": 32768, "long": 8192}, "full"),
+]
+
+
+@pytest.mark.parametrize(("features", "windows", "tier"), [c[1:] for c in FITS], ids=[c[0] for c in FITS])
+def test_a_prompt_goes_to_a_tier_it_fits(
+    fit_policy: Policy, features: Features, windows: dict[str, int], tier: str
+) -> None:
+    decision = decide(features, fit_policy, Live(windows=windows))
+    assert decision.tier == tier
+    routed = decide(features, fit_policy)
+    assert decision.route == routed.route  # the route stays the one that matched; only the tier moves
+    if tier != routed.tier:
+        assert f"does not fit {routed.tier!r}" in decision.reason
+
+
+def test_fits() -> None:
+    assert fits(4095, 4096) and not fits(4096, 4096) and fits(10**9, None)
+
+
+def test_beyond_is_the_escalation_chain_after_a_tier(fit_policy: Policy) -> None:
+    chain = fit_policy.escalation
+    assert (chain.beyond("fast"), chain.beyond("full"), chain.beyond("long")) == (("full", "long"), ("long",), ())

@@ -55,6 +55,14 @@ def test_tier_provider_and_upstream_model() -> None:
     assert (bare.provider, bare.upstream_model) == ("openai", "gpt-4o")
 
 
+def test_tier_context_window() -> None:
+    assert Tier(model="openai/x", api_base="http://h/v1").context_window is None  # what the server reports
+    assert Tier(model="openai/x", api_base="http://h/v1", context_window=32768).context_window == 32768
+    for bad in (0, -1, "big"):
+        with pytest.raises(ValidationError):
+            Tier(model="openai/x", api_base="http://h/v1", context_window=bad)
+
+
 def test_openai_tier_needs_api_base() -> None:
     with pytest.raises(ValidationError, match="needs api_base"):
         Tier(model="openai/x")
@@ -87,6 +95,9 @@ def test_when_normalises_roles_and_headers() -> None:
 def test_escalation_chain() -> None:
     assert Escalation(to="full").chain == ("full",)
     assert Escalation(to=["mid", "full"]).chain == ("mid", "full")
+    assert Escalation(to=["mid", "full"]).beyond("mid") == ("full",)
+    assert Escalation(to=["mid", "full"]).beyond("fast") == ("mid", "full")  # a tier off the chain: all of it
+    assert Escalation().beyond("fast") == ()
     with pytest.raises(ValidationError):
         Escalation.model_validate({"on": ["not_a_kind"]})
     with pytest.raises(ValidationError):

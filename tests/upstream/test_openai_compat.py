@@ -11,7 +11,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from router.errors import upstream_text
+from router.errors import ContextExceeded, upstream_text
 from router.fake import FakeConfig
 from router.policy.model import Tier
 from router.upstream.openai_compat import OpenAICompatUpstream
@@ -273,3 +273,43 @@ async def test_the_legacy_function_call_copy_is_not_sent_to_tools_clients(proxy_
     message = answer.choices[0].message
     assert message.function_call is None
     assert [c.function.name for c in message.tool_calls or []] == ["get_weather"]
+
+
+# ------------------------------------------------------------------------------ context (llama-server's)
+
+
+async def test_context_window_and_token_counts_of_a_llama_server(start_fake_) -> None:
+    llama = await start_fake_(FakeConfig(n_ctx=256))
+    up = OpenAICompatUpstream("full", Tier(model="openai/m", api_base=llama.url, warm_connections=0,
+                                           tools_system="Use the tools."))  # fmt: skip
+    await up.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        assert await up.context_window(deadline) == 256
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+        body = {"model": "x", "messages": [{"role": "user", "content": "How many tokens is this?"}], "tools": tools}
+        counted = await up.count_tokens(body, deadline)
+        answer = await up.complete(body, deadline)  # the count the tier itself makes of the same request
+        assert counted == answer.data["usage"]["prompt_tokens"]
+        assert counted is not None and counted > len(body["messages"][0]["content"]) // 4  # tools_system included
+        with pytest.raises(ContextExceeded) as info:
+            await up.complete({"model": "x", "messages": [{"role": "user", "content": "a." * 200}]}, deadline)
+        error = info.value
+        assert (error.window, error.tier, error.http_status) == (256, "full", 400)
+        assert error.prompt_tokens is not None and error.prompt_tokens > 400  # "a" and "." are a token each
+    finally:
+        await up.close()
+
+
+async def test_a_server_without_a_tokenizer_or_a_window_says_none(start_fake_) -> None:
+    plain = await start_fake_()  # as llama-cpp-python's server: no /props, /apply-template, /tokenize
+    up = OpenAICompatUpstream("fast", Tier(model="openai/m", api_base=plain.url, warm_connections=0))
+    await up.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        body = {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
+        assert await up.context_window(deadline) is None
+        assert await up.count_tokens(body, deadline) is None
+        assert await up.count_tokens(body, deadline) is None
+    finally:
+        await up.close()
