@@ -148,19 +148,25 @@ async def stream(router: Runtime, call: Call) -> tuple[Trace, AsyncIterator[Chun
     except BaseException:
         first.cancel()
         raise
-    if first.done():
-        try:
-            return trace, _prepend(_first(trace, first.result()), chunks)
-        except RouterError as exc:
-            _routed(exc, trace)
-            raise
-    return trace, _beating(trace, first, chunks, every)
+    if not first.done():
+        return trace, _beating(trace, first, chunks, every)
+    chunk, failure = _settled(first)
+    del first  # the task holds the failure: this frame, in the failure's traceback, must not hold it
+    if failure is None and chunk is not None:
+        return trace, _prepend(chunk, chunks)
+    failure = failure or UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
+    if isinstance(failure, RouterError):
+        _routed(failure, trace)
+    try:
+        raise failure
+    finally:
+        del failure  # no cycle through this frame (tests/test_cycles.py)
 
 
-def _first(trace: Trace, chunk: Chunk | None) -> Chunk:
-    if chunk is None:  # not one chunk from any tier: nothing the client could read as an answer
-        raise UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
-    return chunk
+def _settled(first: asyncio.Future[Chunk | None]) -> tuple[Chunk | None, BaseException | None]:
+    """The first chunk (None: the stream was empty) or the failure, taken from its task without raising."""
+    failure = first.exception()
+    return (None, failure) if failure is not None else (first.result(), None)
 
 
 async def _beating(
@@ -176,7 +182,15 @@ async def _beating(
             first.cancel()
             with contextlib.suppress(BaseException):
                 await first
-    yield _first(trace, first.result())
+    chunk, failure = _settled(first)
+    del first
+    if failure is not None or chunk is None:
+        failure = failure or UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
+        try:
+            raise failure
+        finally:
+            del failure
+    yield chunk
     async for chunk in rest:
         yield chunk
 

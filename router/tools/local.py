@@ -7,6 +7,8 @@ for side calls; the policy (policies/local.yaml) pins each session to a slot and
 both tiers (router/sessions, router/core/warming.py). Gemma runs on llama-cpp-python: one context.
 
     port_free()       can the proxy or a server bind 127.0.0.1:port?
+    local_children()  the fast and full servers and the proxy, as processes to start (the agents'
+                      tests and bench/agent_session.py start them too)
     run_local()       fast + full + proxy, a progress display, supervision, a clean stop
 
 The model, the child processes and the servers' flags are in router/tools/llama.py (`Child`,
@@ -22,7 +24,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -155,6 +157,45 @@ def _show_failure(console: Console, exc: Exception, children: Sequence[Child]) -
             console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+def local_children(
+    policy: Path,
+    port: int,
+    fast_port: int,
+    full_port: int,
+    *,
+    fast: str,
+    fast_model: Path,
+    full_model: Path,
+    slots: int = SLOTS,
+    ctx: int = CONTEXT,
+    log_dir: Path = LOG_DIR,
+    env: Mapping[str, str] | None = None,
+) -> tuple[LlamaServer | CppServer, LlamaServer | CppServer, Child]:
+    """The local demo's processes, not started: the fast and full servers and the proxy (`serve`
+    with `policy`, told the servers' ports, model and slots through its environment; `env` adds to it)."""
+    # Gemma on llama-cpp-python's chatml-function-calling (under llama-server it repeats a tools
+    # template); Qwen on llama-server once it is built, with slots for sessions
+    fast_server = (
+        LlamaServer("fast", fast_model, fast_port, log_dir / "fast.log", n_ctx=ctx)
+        if fast == GEMMA
+        else qwen_server("fast", QWEN25_CODER_0_5B, fast_model, fast_port, log_dir / "fast.log", n_ctx=ctx, slots=slots)
+    )
+    full = full_server(full_model, full_port, log_dir / "full.log", n_ctx=ctx, slots=slots)
+    environment = {
+        **os.environ,
+        "FAST_PORT": str(fast_port),
+        "FULL_PORT": str(full_port),
+        "FAST_MODEL": fast,
+        "FAST_SLOTS": str(getattr(fast_server, "slots", 0)),  # Gemma's server has no slots to pin
+        "FULL_SLOTS": str(getattr(full, "slots", 0)),
+        "FAST_WARM": "false" if fast == GEMMA else "true",  # one context: a warm-up would take the live call's
+        **(env or {}),
+    }
+    serve = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
+    proxy = Child("proxy", serve, f"http://127.0.0.1:{port}/healthz", log_dir / "router.log", env=environment)
+    return fast_server, full, proxy
+
+
 def run_local(
     policy: Path,
     port: int,
@@ -196,28 +237,13 @@ def run_local(
     except (ImportError, OSError, ValueError) as exc:  # router.tools.models.ModelError is a ValueError
         console.print(f"[red]cannot prepare the models:[/] {exc}")
         return 1
-    # Gemma on llama-cpp-python's chatml-function-calling (under llama-server it repeats a tools
-    # template); Qwen on llama-server once it is built, with slots for sessions
-    fast_server = (
-        LlamaServer("fast", fast_model, fast_port, LOG_DIR / "fast.log", n_ctx=ctx)
-        if fast == GEMMA
-        else qwen_server("fast", QWEN25_CODER_0_5B, fast_model, fast_port, LOG_DIR / "fast.log", n_ctx=ctx, slots=slots)
-    )
-    full = full_server(full_model, full_port, LOG_DIR / "full.log", n_ctx=ctx, slots=slots)
+    fast_server, full, proxy = local_children(
+        policy, port, fast_port, full_port,
+        fast=fast, fast_model=fast_model, full_model=full_model, slots=slots, ctx=ctx,
+    )  # fmt: skip
+    children: list[Child] = [fast_server, full, proxy]
     if isinstance(full, LlamaServer):
         console.print(f"no {llama_server_binary()} (scripts/build-llama-server): Qwen runs on llama-cpp-python")
-    env = {
-        **os.environ,
-        "FAST_PORT": str(fast_port),
-        "FULL_PORT": str(full_port),
-        "FAST_MODEL": fast,
-        "FAST_SLOTS": str(getattr(fast_server, "slots", 0)),  # Gemma's server has no slots to pin
-        "FULL_SLOTS": str(getattr(full, "slots", 0)),
-        "FAST_WARM": "false" if fast == GEMMA else "true",  # one context: a warm-up would take the live call's
-    }
-    serve = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
-    proxy = Child("proxy", serve, f"http://127.0.0.1:{port}/healthz", LOG_DIR / "router.log", env=env)
-    children: list[Child] = [fast_server, full, proxy]
     for name, path in (("fast", fast_model), ("full", full_model)):
         console.print(f"model {name:<5} {path}", markup=False, soft_wrap=True)
     with _stop_on_signals():

@@ -11,7 +11,6 @@ the last one's did and its session starts from that slot's prompt (router/sessio
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from router.tools.llama import Child, ChildFailed, CppServer, llama_server_binary
+from router.tools.llama import Child, ChildFailed, llama_server_binary
+from router.tools.local import local_children
 from router.tools.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 from tests.agents.conftest import clean_env, cli, run_cli
 from tests.agents.test_cli import codex_home
@@ -45,17 +45,13 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.fail(f"no llama-server at {llama_server_binary()}: scripts/install builds it")
     logs = tmp_path_factory.mktemp("local-up")
     ports = {"fast": _free_port(), "full": _free_port(), "proxy": _free_port()}
-    servers = [
-        CppServer(name, ensure(packed, show_progress=False), ports[name], logs / f"{name}.log", alias=packed.alias,
-                  n_ctx=32768, slots=4)
-        for name, packed in (("fast", QWEN25_CODER_0_5B), ("full", QWEN25_CODER_1_5B))
-    ]  # fmt: skip
-    env = {**os.environ, "FAST_PORT": str(ports["fast"]), "FULL_PORT": str(ports["full"]),
-           "FAST_SLOTS": "4", "FULL_SLOTS": "4", "AGENT_ROUTER_STORE": "memory://"}  # fmt: skip
-    serve = [str(ROOT / ".venv" / "bin" / "python"), "-m", "router", "serve", "--policy",
-             str(ROOT / "policies" / "local.yaml"), "--port", str(ports["proxy"])]  # fmt: skip
-    proxy = Child("proxy", serve, f"http://127.0.0.1:{ports['proxy']}/healthz", logs / "router.log", env=env)
-    children: list[Child] = [*servers, proxy]
+    fast, full, proxy = local_children(
+        ROOT / "policies" / "local.yaml", ports["proxy"], ports["fast"], ports["full"],
+        fast=QWEN25_CODER_0_5B.alias, fast_model=ensure(QWEN25_CODER_0_5B, show_progress=False),
+        full_model=ensure(QWEN25_CODER_1_5B, show_progress=False), log_dir=logs,
+        env={"AGENT_ROUTER_STORE": "memory://"},
+    )  # fmt: skip
+    children: list[Child] = [fast, full, proxy]
     try:
         for child in children:
             child.start()

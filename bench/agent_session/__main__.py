@@ -1,0 +1,3 @@
+from bench.agent_session.run import app
+
+app()
