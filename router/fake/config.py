@@ -26,6 +26,7 @@ class FakeConfig:
     prefer_tools: tuple[str, ...] = ()  # call the first of these that is offered (unless tool_choice names one)
     api_key: str | None = None  # if set, required as Bearer (or x-api-key on /v1/messages)
     endless: bool = False  # every answer never ends (as the ``endless`` fault)
+    greedy: bool = False  # the same request, the same answer (as a greedy model), unless it asks for temperature > 0
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.bad_kinds if k not in BAD_KINDS]

@@ -555,3 +555,18 @@ async def test_prefer_tools_picks_the_first_offered_and_keeps_the_draws(make_fak
             forced = await oai.chat.completions.create(model="m", messages=MESSAGES, tools=tools, tool_choice=chosen)  # type: ignore[arg-type]
             assert forced.choices[0].message.tool_calls[0].function.name == "a"  # type: ignore[index,union-attr]
     assert names[1] == ["c", "c", "c"] and ids[0] == ids[1]
+
+
+async def test_greedy_answers_are_a_function_of_the_request_unless_it_samples(make_fake: Factory) -> None:
+    """`greedy`: the same request, the same answer (its breakage included), as a greedy model's; a
+    request that asks for a temperature above 0 is a sample of the fake's sequence."""
+    fake = await make_fake(seed=5, bad_tool_rate=0.5, greedy=True)
+    questions = [{"model": "m", "messages": [{"role": "user", "content": f"q{n}"}], "tools": TOOLS} for n in range(40)]
+    async with aiohttp.ClientSession() as session:
+        first = [await post(session, fake, body) for body in questions]
+        again = [await post(session, fake, body) for body in reversed(questions)]
+        sampled = [await post(session, fake, {**questions[0], "temperature": 0.7}) for _ in range(8)]
+    assert again[::-1] == first  # in any order
+    defects = [defect for _, defect in first]
+    assert any(defects) and not all(defects)  # the rate still applies across requests
+    assert len({answer["id"] for answer, _ in sampled}) == 8  # samples differ
