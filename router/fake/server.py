@@ -42,7 +42,9 @@ Determinism
   never change the draws.
   With ``greedy`` the fake answers as a greedy (temperature 0) model does: the same request, the same
   answer, broken or not. A request's draws then come from ``random.Random`` seeded by the seed and a
-  digest of the request body, unless it asks for a ``temperature`` above 0 (a sample: the app's draws).
+  digest of the request body (keys sorted; ``stream``, ``stream_options`` and the output limits left
+  out: they do not change a greedy answer), unless it asks for a ``temperature`` above 0 (a sample:
+  the app's draws).
 
 Per-request override header ``x-fake-fault`` (comma-separated, any combination):
   ``500`` / ``429`` / ``400`` (any 4xx/5xx)   that status and an error body (429: ``retry-after-ms: 10``)
@@ -206,7 +208,7 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
         return _error(400, f"fake upstream: tool_choice names {chosen!r}, which is not in tools", anthropic)
     if tools and _finished(body, chosen, st.config.finish_after):
         tools = []
-    rng = _greedy(st, raw, body) or st.rng
+    rng = _greedy(st, body) or st.rng
     plan = plan_of(request.headers.get("x-fake-fault"), rng, st.config)
     if isinstance(plan, str):
         return _error(400, plan, anthropic)
@@ -255,12 +257,16 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     return await _send_json(request, plan, chat_completion(answer, cid, created, model, usage), headers)
 
 
-def _greedy(st: _State, raw: bytes, body: dict[str, Any]) -> random.Random | None:
+_NOT_ASKED = frozenset({"stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens"})
+
+
+def _greedy(st: _State, body: dict[str, Any]) -> random.Random | None:
     """The request's own generator when the fake answers greedily and the request does not ask to sample."""
     temperature = body.get("temperature")
     if not st.config.greedy or (isinstance(temperature, int | float) and temperature > 0):
         return None
-    return random.Random(hashlib.blake2b(raw, digest_size=16, key=str(st.config.seed).encode()).digest())
+    asked = orjson.dumps({k: v for k, v in body.items() if k not in _NOT_ASKED}, option=orjson.OPT_SORT_KEYS)
+    return random.Random(hashlib.blake2b(asked, digest_size=16, key=str(st.config.seed).encode()).digest())
 
 
 def _finished(body: dict[str, Any], chosen: str | None, after: int) -> bool:
