@@ -21,7 +21,9 @@
         ├── UpstreamStatus           the request's fault (400, 413, 422, …) is passed on; else 502
         └── ChecksFailed             502 upstream_error / checks_failed         (x-should-retry: true)
 
-`to_body()` gives the OpenAI error shape `{"error": {"message", "type", "param", "code"}}`.
+`to_body()` gives the OpenAI error shape `{"error": {"message", "type", "param", "code"}}`. An error of
+a call the router had routed carries its `trace` (router/core/escalation.py), so that the client is
+told the call's routing (`x-router-*` headers) with the error as with an answer.
 Messages are written by the router, never copied from a traceback, and upstream text is passed
 through `redact()` before it is shown, so keys and key-bearing URLs never reach a client.
 """
@@ -66,6 +68,7 @@ class RouterError(Exception):
     code: ClassVar[str | None] = "internal_error"
     should_retry: ClassVar[bool | None] = None
     retry_after: ClassVar[str | None] = None  # seconds, sent as Retry-After
+    trace: Any = None  # the routed call's Trace (router/core/escalation.py), set by the pipeline
 
     def __init__(self, message: str, *, param: str | None = None, status: int | None = None) -> None:
         super().__init__(message)

@@ -7,7 +7,11 @@ included, a stream when its last byte is sent) and costs one dict lookup per res
 tier, route and escalation come from the `x-router-*` headers the call was answered with, or — for a
 stream, whose headers left with its first chunk — from the call's final decision (`note`, when the
 stream ends: after an escalation that came once text was sent, the tier that answered); `-` where a
-request was not routed. A WebSocket connection is one line when it closes (status 101).
+request was not routed. A WebSocket connection is one line when it closes (status 101), and each of
+its turns one as it ends (`turn`: 200, or the status of its `error` event):
+
+    WS /v1/responses 200 tier=fast route=simple-tool-call escalated=false 812.4ms
+
 `AGENT_ROUTER_ACCESS_LOG=false` (or `serve --no-access-log`) turns it off.
 """
 
@@ -26,6 +30,17 @@ log = logging.getLogger("router.access")
 
 _WANTED = {b"x-router-tier": "tier", b"x-router-route": "route", b"x-router-escalated": "escalated"}
 _SEEN = "router.access"  # the scope's key of what the line will say
+
+
+def turn(scope: Scope, status: int, trace: Trace | None, started: float) -> None:
+    """A WebSocket turn's line (`started`: its `time.perf_counter()`); nothing when the log is off."""
+    if scope.get(_SEEN) is None:
+        return
+    tier, route, escalated = (trace.tier, trace.route, str(trace.escalated).lower()) if trace else ("-", "-", "-")
+    log.info(
+        "WS %s %s tier=%s route=%s escalated=%s %.1fms",  # the middleware's line, for one turn
+        scope.get("path", ""), status, tier, route, escalated, (time.perf_counter() - started) * 1000,
+    )  # fmt: skip
 
 
 def note(scope: Scope, trace: Trace) -> None:

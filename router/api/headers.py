@@ -1,12 +1,14 @@
 """What a client is told about its call's routing, on every transport: the `x-router-*` headers
-and the final decision as JSON (the `: router {json}` SSE trailer, `"router"` on Responses'
-`response.completed`)."""
+(on an error of a routed call too: `error_headers`) and the final decision as JSON (the
+`: router {json}` SSE trailer, `"router"` on Responses' `response.completed`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 import orjson
+
+from router.errors import RouterError
 
 if TYPE_CHECKING:
     from router.core.escalation import Trace
@@ -24,6 +26,12 @@ def router_headers(trace: Trace) -> dict[str, str]:
         "x-router-lane": trace.lane.name,
         **({"x-router-verified": ",".join(trace.verdicts)} if trace.verdicts else {}),
     }
+
+
+def error_headers(exc: RouterError) -> dict[str, str]:
+    """An error's headers: its own (x-should-retry, retry-after) and, once the call was routed, the
+    routing headers of what was tried."""
+    return {**exc.headers(), **router_headers(exc.trace)} if exc.trace is not None else exc.headers()
 
 
 def summary(trace: Trace) -> bytes:

@@ -9,7 +9,8 @@ allowed (attempt count and deadline): the next attempt goes to a stronger tier, 
 last tier — to the same tier again, as a repair (`tool_choice` pinned to the tool the model meant)
 or a fresh sample. When no attempt is left, an answer whose mistakes the policy escalates on is
 never handed to the client: `ChecksFailed` (a retryable 502) is raised instead, unless the policy
-says `escalation.on_exhausted: deliver`.
+says `escalation.on_exhausted: deliver`. Its message says what the client has: nothing, or (a
+stream) the text already streamed and no tool call.
 
 A tier whose breaker is open (router/core/breaker.py) is skipped as if it were not there: the
 attempt goes to the next stronger tier, with `tier_open` among the mistakes; with none left, the
@@ -111,6 +112,7 @@ class Trace:
         self.exhausted = False  # every attempt failed the checks (and the answer was refused or delivered)
         self.salvaged = False  # a call written as text was made structured (router/core/salvage.py)
         self.verdicts: list[str] = []  # "kind:accept|reject|unsure" per verified answer
+        self.streamed = False  # a stream's client has part of the answer (text, which is not held)
         self._native: dict[str, bool] = {}  # tier → its latest attempt got the client's own request
         self._repair_tool: str | None = None
         self._repaired_on: set[str] = set()  # tiers that had their one repair
@@ -233,9 +235,12 @@ class Trace:
             self.route, ",".join(self.mistakes), ",".join(self.tried),
         )  # fmt: skip
         self.router.metrics.exhausted.labels(tier, self.route).inc()
+        sent = "nothing was delivered"
+        if self.streamed:  # text is not held: the client has it
+            sent = "no tool call was delivered, only the text already streamed"
         raise ChecksFailed(
             f"Every answer failed the router's checks ({', '.join(dict.fromkeys(self.mistakes))}); "
-            "nothing was delivered. Retrying may succeed.",
+            f"{sent}. Retrying may succeed.",
             tier=tier,
         )
 

@@ -17,6 +17,9 @@ request itself (`Call.native`) and answers in it; the checks read the chat equiv
 
 Streams run the same loop through a `Gate` that holds tool-call deltas until they are checked, so
 a mistake found before anything was sent escalates invisibly.
+
+An error of a routed call carries its trace (`RouterError.trace`): the transports tell the client
+its routing with the error (router/api/headers.py) as with an answer.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from router.core.hedge import first_valid
 from router.core.salvage import salvage_reply, salvage_stream
 from router.core.streaming import Gate, Joiner
 from router.core.validate import SchemaTooCostly
-from router.errors import UpstreamError
+from router.errors import RouterError, UpstreamError
 from router.policy.decide import Live, decide
 from router.upstream.base import Chunk, Native, NativeUpstream, Reply, Upstream, speaks
 
@@ -79,6 +82,9 @@ async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:
                 with attempt, span.attempt(trace):
                     reply = await _answer(router, trace)
         span.answer(reply.data)
+    except RouterError as exc:
+        exc.trace = trace  # the transport names the call's routing with its error
+        raise
     finally:
         router.lanes.leave(trace.lane)
         span.end(trace)
@@ -90,9 +96,13 @@ async def stream(router: Runtime, call: Call) -> tuple[Trace, AsyncIterator[Chun
     HTTP error is still possible); later ones raise from the iterator (the transport frames them)."""
     trace = await begin(router, call)
     chunks = _joined(router, trace)
-    first = await anext(chunks, None)
-    if first is None:  # not one chunk from any tier: nothing the client could read as an answer
-        raise UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
+    try:
+        first = await anext(chunks, None)
+        if first is None:  # not one chunk from any tier: nothing the client could read as an answer
+            raise UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
+    except RouterError as exc:
+        exc.trace = trace  # nothing was sent: the transport names the call's routing with its error
+        raise
     return trace, _prepend(first, chunks)
 
 
@@ -104,6 +114,7 @@ async def _joined(router: Runtime, trace: Trace) -> AsyncIterator[Chunk]:
         try:  # the first attempt without tenacity's loop, as in `complete`
             with span.attempt(trace):
                 async for ready in await _attempt_chunks(router, trace, join):
+                    trace.streamed = True
                     yield span.chunk(join(ready))
         except Escalate as first:
             retries = trace.retries(first)
@@ -111,6 +122,7 @@ async def _joined(router: Runtime, trace: Trace) -> AsyncIterator[Chunk]:
             async for attempt in retries:
                 with attempt, span.attempt(trace):
                     async for ready in await _attempt_chunks(router, trace, join):
+                        trace.streamed = True
                         yield span.chunk(join(ready))
     finally:
         router.lanes.leave(trace.lane)
