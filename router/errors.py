@@ -20,6 +20,8 @@
         ├── UpstreamTimeout          504 timeout_error / timeout
         ├── UpstreamStatus           the request's fault (400, 413, 422, …) is passed on; else 502
         └── ChecksFailed             502 upstream_error / checks_failed         (x-should-retry: true)
+            └── ChecksFailedRepeatedly  502 upstream_error / checks_failed      (x-should-retry: false: the same
+                                     request failed in every run the router gives it, router/core/repeats.py)
 
 `to_body()` gives the OpenAI error shape `{"error": {"message", "type", "param", "code"}}`. An error of
 a call the router had routed carries its `trace` (router/core/escalation.py), so that the client is
@@ -255,3 +257,10 @@ class ChecksFailed(UpstreamError):
 
     code = "checks_failed"
     should_retry = True
+
+
+class ChecksFailedRepeatedly(ChecksFailed):
+    """The same request failed the checks in every run the router gives it, resampled ones included
+    (router/core/repeats.py): asked again the same way it is refused at once, so clients are told not to."""
+
+    should_retry = False

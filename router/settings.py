@@ -57,6 +57,15 @@ class Settings(BaseSettings):
     ws_ping_interval: float = Field(20.0, gt=0, description="seconds between WebSocket pings; no pong as long → close")
     ws_max_pending: int = Field(8, ge=1, description="response.create messages queued per connection; more → 1008")
 
+    # requests whose every attempt failed the checks, remembered so that a repeat is not run the same way
+    # (the policy's `escalation.repeat`, router/core/repeats.py)
+    repeat_max_entries: int = Field(
+        4096, ge=1, description="exhausted requests remembered (by digest, LRU) to resample or refuse their repeats"
+    )
+    repeat_ttl: float = Field(
+        600.0, gt=0, description="seconds an exhausted request is remembered after its last run failed"
+    )
+
     # shadow mode (a route's `shadow` option, router/core/shadow.py): background work, bounded
     shadow_max_inflight: int = Field(
         8, ge=1, description="shadow comparisons in flight; a sampled call beyond it is dropped and counted"

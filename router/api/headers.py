@@ -25,6 +25,7 @@ def router_headers(trace: Trace) -> dict[str, str]:
         "x-router-salvaged": "true" if trace.salvaged else "false",
         "x-router-lane": trace.lane.name,
         **({"x-router-verified": ",".join(trace.verdicts)} if trace.verdicts else {}),
+        **({"x-router-repeat": trace.repeat} if trace.repeat else {}),
     }
 
 
@@ -49,5 +50,6 @@ def summary(trace: Trace) -> bytes:
             "salvaged": trace.salvaged,
             "verified": trace.verdicts,
             "lane": trace.lane.name,
+            **({"repeat": trace.repeat} if trace.repeat else {}),
         }
     )

@@ -1,7 +1,9 @@
 """The one flow every transport shares: decide → call → validate → escalate → record.
 
     trace = begin(call)                     lane (router/core/lanes.py), agent feedback, sticky sessions,
-                                            policy.decide (pure)
+                                            policy.decide (pure); a repeat of a request whose every
+                                            attempt failed the checks: resampled or refused
+                                            (router/core/repeats.py)
     for each attempt:                       escalation.Trace picks tier and body (routed, repair, stronger),
                                             past tiers whose breaker is open (router/core/breaker.py);
                                             the first runs plainly, the rest in tenacity's loop
@@ -58,12 +60,18 @@ async def begin(router: Runtime, call: Call) -> Trace:
         sticky = await feedback.sticky_tier(router.store, router.metrics, call, policy)
         live = Live(sticky_tier=sticky, degraded=router.adaptive.degraded, diverted=router.adaptive.diverted)
         decision = decide(call.features, policy, live)
+        seen = router.repeats.seen(call) if policy.escalation.repeat is not None else None
     except BaseException:
         router.lanes.leave(lane)
         raise
     router.adaptive.note(decision)
-    trace = Trace(router, call, policy, decision, lane)
+    trace = Trace(router, call, policy, decision, lane, seen)
     trace.admitted = (tools, tool_set)
+    if trace.repeat == "refused":  # every run the policy gives this request failed: not run again
+        router.lanes.leave(lane)
+        refused = trace.refused()
+        refused.trace = trace
+        raise refused
     return trace
 
 

@@ -1,7 +1,7 @@
 """Failures an agent can live with, over every API: a call whose every attempt failed the checks tells
-the client its routing (`x-router-*` headers) and, in a stream, what it already has; a WebSocket turn
-has its access log line; streamed text names a namespaced tool as the client does. Real servers: the
-router in front of fakes.
+the client its routing (`x-router-*` headers) and, in a stream, what it already has; a repeat of it is
+resampled, then refused at once (router/core/repeats.py); a WebSocket turn has its access log line;
+streamed text names a namespaced tool as the client does. Real servers: the router in front of fakes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from router.fake import FakeConfig
-from tests.api.helpers import TOOLS, USER, post, sse, trailer
+from tests.api.helpers import TOOLS, USER, fake_requests, get, post, sse, trailer
 from tests.conftest import policy_text
 from tests.responses.conftest import WEATHER as RESPONSES_WEATHER
 from tests.responses.conftest import recv_response
@@ -64,14 +64,34 @@ async def test_an_exhausted_call_names_its_routing_and_a_stream_what_was_already
     assert (h["x-router-tier"], h["x-router-route"], h["x-router-escalated"]) == ("full", "simple-tool-call", "true")
     assert (h["x-router-mistakes"], h["x-router-exhausted"]) == ("missing_tool_call,missing_tool_call", "true")
     assert h["x-should-retry"] == "true"
-    # streamed, the announcement went out as it came: the error must not say that nothing did
+    # streamed (the same question: a repeat, resampled, broken again), the announcement went out as it
+    # came: the error must not say that nothing did
     raw = await post(proxy.url + path, {**body, "stream": True})
-    assert raw.status == 200
+    assert raw.status == 200 and raw.headers["x-router-repeat"] == "resampled"
     assert "I will call get_weather now." in streamed_text(api, raw.body)
     message = stream_error(api, raw.body)
     assert "no tool call was delivered, only the text already streamed" in message, message
     assert "nothing was delivered" not in message
     assert trailer(raw.body)["exhausted"] is True
+
+
+async def test_a_repeat_is_resampled_then_refused_at_once(start_fake_, proxy_) -> None:
+    fast, full = await start_fake_(ANNOUNCED), await start_fake_(ANNOUNCED_TOO)
+    proxy = await proxy_(policy_text(fast.url, full.url, extra=TWICE))
+    path, body = APIS["chat"]
+    seen = []
+    for _ in range(4):  # the agent retrying the same request, as its SDK does
+        raw = await post(proxy.url + path, body)
+        assert raw.status == 502
+        seen.append((raw.headers.get("x-router-repeat"), raw.headers["x-should-retry"]))
+    assert seen == [(None, "true"), ("resampled", "true"), ("resampled", "false"), ("refused", "false")]
+    assert "change the request" in raw.json()["error"]["message"]
+    sent = [r["body"] for r in await fake_requests(full.url)]
+    assert len(await fake_requests(fast.url)) == 1  # the repeats start on the strongest tier
+    assert [b.get("temperature") for b in sent] == [None, 0.7, 0.7, 0.7, 0.7]  # the refused one sent nothing
+    metrics = (await get(proxy.base + "/metrics")).body.decode()
+    assert 'router_repeats_total{outcome="resampled",route="simple-tool-call"} 2.0' in metrics
+    assert 'router_repeats_total{outcome="refused",route="simple-tool-call"} 1.0' in metrics
 
 
 async def test_a_websocket_turn_has_its_access_log_line(start_fake_, proxy_, sdk, caplog) -> None:
