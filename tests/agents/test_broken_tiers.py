@@ -8,7 +8,8 @@ and greedy: the same request gets the same answer, so an agent's retry of a requ
 attempt failed would fail the same way if it were run the same way. Each session makes three tool
 calls before its final text. What must hold:
 
-- every session ends on its own, within its bound (`run_cli` kills and fails one that does not);
+- every session ends on its own, within its bound (`BOUND`: one that does not is killed, and fails
+  the test);
 - the retries the agents make are not futile: every retry of a request the router answered with
   `checks_failed` (its every attempt failed the checks) is run differently — resampled — or refused
   at once (router/core/repeats.py). Retries are found here from the requests as they came, not from
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, MutableMapping
@@ -49,10 +51,13 @@ from tests.agents.conftest import (
 from tests.agents.test_cli import TASK, codex_home
 from tests.conftest import policy_text, start_uvicorn, stop_uvicorn
 
-pytestmark = [pytest.mark.agents, pytest.mark.timeout(600)]
-
 SESSIONS = 20  # of each CLI
 AT_ONCE = 4  # sessions running together (the CI machine has 2 cores)
+BOUND = 60.0  # s, per session (they take 2-7 s; before repeats were resampled, some never ended)
+
+# every session killed at its bound, a few at a time, is the longest this can take
+pytestmark = [pytest.mark.agents, pytest.mark.timeout(math.ceil(2 * SESSIONS / AT_ONCE) * BOUND + 60)]
+
 RATE = 0.3
 TOOL_CALLS = 3  # per session, before the fake answers the final text
 CHECKS_FAILED = b"failed the router's checks"  # in every API's error (a 502 body, a stream's error event)
@@ -216,7 +221,7 @@ async def claude_session(router: Router, tmp_path: Path) -> Session:
     home, work = workdir(tmp_path)
     env = clean_env(home, ANTHROPIC_BASE_URL=router.base, ANTHROPIC_API_KEY="sk-ant-dummy")
     started = time.monotonic()
-    code, out, err = await run_cli([str(cli("claude")), "-p", TASK, "--output-format", "json"], work, env)
+    code, out, err = await run_cli([str(cli("claude")), "-p", TASK, "--output-format", "json"], work, env, BOUND)
     final = str(orjson.loads(out).get("result") or "") if code == 0 else ""
     return Session("claude", code, time.monotonic() - started, final, err[-500:])
 
@@ -228,7 +233,7 @@ async def codex_session(router: Router, tmp_path: Path, transport: str) -> Sessi
     env = clean_env(home, CODEX_HOME=str(config), ROUTER_API_KEY="dummy")
     argv = [str(cli("codex")), "exec", "--skip-git-repo-check", "--output-last-message", str(last), TASK]
     started = time.monotonic()
-    code, _, err = await run_cli(argv, work, env)
+    code, _, err = await run_cli(argv, work, env, BOUND)
     final = last.read_text().strip() if last.exists() else ""
     return Session(f"codex-{transport}", code, time.monotonic() - started, final, err[-500:])
 
