@@ -21,8 +21,12 @@
         ├── UpstreamStatus           the request's fault (400, 413, 422, …) is passed on; else 502
         │   └── ContextExceeded      400 invalid_request_error / context_length_exceeded   (no tier's context fits)
         └── ChecksFailed             502 upstream_error / checks_failed         (x-should-retry: true)
+            └── ChecksFailedRepeatedly  502 upstream_error / checks_failed      (x-should-retry: false: the same
+                                     request failed in every run the router gives it, router/core/repeats.py)
 
-`to_body()` gives the OpenAI error shape `{"error": {"message", "type", "param", "code"}}`.
+`to_body()` gives the OpenAI error shape `{"error": {"message", "type", "param", "code"}}`. An error of
+a call the router had routed carries its `trace` (router/core/escalation.py), so that the client is
+told the call's routing (`x-router-*` headers) with the error as with an answer.
 Messages are written by the router, never copied from a traceback, and upstream text is passed
 through `redact()` before it is shown, so keys and key-bearing URLs never reach a client.
 """
@@ -67,8 +71,7 @@ class RouterError(Exception):
     code: ClassVar[str | None] = "internal_error"
     should_retry: ClassVar[bool | None] = None
     retry_after: ClassVar[str | None] = None  # seconds, sent as Retry-After
-    # a call that failed once routed: its tier, route and "escalated" (router/core/pipeline.py), for its log line
-    routed: dict[str, str] | None = None
+    trace: Any = None  # the routed call's Trace (router/core/escalation.py), set by the pipeline
 
     def __init__(self, message: str, *, param: str | None = None, status: int | None = None) -> None:
         super().__init__(message)
@@ -296,3 +299,10 @@ class ChecksFailed(UpstreamError):
 
     code = "checks_failed"
     should_retry = True
+
+
+class ChecksFailedRepeatedly(ChecksFailed):
+    """The same request failed the checks in every run the router gives it, resampled ones included
+    (router/core/repeats.py): asked again the same way it is refused at once, so clients are told not to."""
+
+    should_retry = False

@@ -52,6 +52,13 @@ class Metrics:
             ["tier", "route"],
             registry=r,
         )
+        self.repeats = Counter(  # router/core/repeats.py
+            "router_repeats",
+            "Repeats of requests whose every attempt failed the checks, by route and outcome: resampled (run "
+            "again differently), answered (a resampled run passed), refused (answered at once, not run)",
+            ["route", "outcome"],
+            registry=r,
+        )
         self.limits = Counter(  # router/settings.py: the limits against slow, silent and hostile peers
             "router_limits_tripped",
             "Limits that tripped (header_timeout, header_too_large, body_timeout, connections_evicted, "

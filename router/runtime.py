@@ -17,6 +17,7 @@ from router.core.breaker import Breakers
 from router.core.context import Windows
 from router.core.lanes import Choice, Lanes
 from router.core.open_calls import OpenCalls
+from router.core.repeats import Repeats
 from router.core.response_state import ResponseCache, ResponseState
 from router.core.shadow import Shadower
 from router.core.tracing import Tracing
@@ -36,9 +37,9 @@ log = logging.getLogger("router")
 
 class Runtime:
     """What one running proxy owns, handed to each part that uses it: settings, policy, store,
-    upstream tiers and their context windows, validator, judge-verdict cache, metrics, lanes, shadow
-    mode, response state, the calls open and in flight, and background tasks. `start()` and
-    `close()` bound their life."""
+    upstream tiers and their context windows, validator, judge-verdict cache, exhausted requests,
+    metrics, lanes, shadow mode, response state, the calls open and in flight, and background tasks.
+    `start()` and `close()` bound their life."""
 
     def __init__(self, settings: Settings, policy: PolicyHolder, store: Store, build: Build = build_upstream) -> None:
         self.settings = settings
@@ -57,6 +58,7 @@ class Runtime:
             max_costly_patterns=settings.max_costly_patterns,
         )
         self.verdicts = VerdictCache()  # judge verdicts by (call, context) hash, bounded LRU
+        self.repeats = Repeats(settings.repeat_max_entries, settings.repeat_ttl)  # exhausted requests, by digest
         # a route's `shadow` option (router/core/shadow.py)
         self.shadow = Shadower(settings, self.metrics, store, self.upstreams, self.background)
         # sessions' prompts kept on the tiers they may move to (router/core/warming.py)

@@ -63,6 +63,14 @@ class Settings(BaseSettings):
     warm_max_pending: int = Field(
         8, ge=1, description="sessions waiting per tier for a background prefill (core/warming.py; oldest dropped)"
     )
+    # requests whose every attempt failed the checks, remembered so that a repeat is not run the same way
+    # (the policy's `escalation.repeat`, router/core/repeats.py)
+    repeat_max_entries: int = Field(
+        4096, ge=1, description="exhausted requests remembered (by digest, LRU) to resample or refuse their repeats"
+    )
+    repeat_ttl: float = Field(
+        600.0, gt=0, description="seconds an exhausted request is remembered after its last run failed"
+    )
 
     # shadow mode (a route's `shadow` option, router/core/shadow.py): background work, bounded
     shadow_max_inflight: int = Field(

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from router.api import access
+from router.api.headers import error_headers
 from router.constants import BODY_IN
 from router.core.open_calls import ConnectionCalls
 from router.errors import BodyTooLarge, ClientGone, Overloaded, RequestTimeout, RouterError, Unauthorized
@@ -39,7 +40,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def error_response(exc: RouterError) -> Response:
-    return Response(exc.to_json(), exc.http_status, exc.headers(), media_type="application/json")
+    return Response(exc.to_json(), exc.http_status, error_headers(exc), media_type="application/json")
 
 
 def endpoint(handler: Handler, render: Callable[[RouterError], Response] = error_response) -> Handler:

@@ -10,7 +10,11 @@ stream ends: after an escalation that came once text was sent, the tier that ans
 that failed once routed, from its error (`note_failure`); `-` where a request was not routed.
 `evaluated` and `reused` are the prompt tokens the tiers' servers evaluated and reused from their
 cache, by their own count (`-` where a server gives none). A WebSocket connection is one line when
-it closes (status 101).
+it closes (status 101), and each of its turns one as it ends (`turn`: 200, or the status of its
+`error` event):
+
+    WS /v1/responses 200 tier=fast route=tool-call escalated=false evaluated=64 reused=11600 812.4ms
+
 `AGENT_ROUTER_ACCESS_LOG=false` (or `serve --no-access-log`) turns it off.
 """
 
@@ -40,6 +44,17 @@ _NO_PROMPT = "evaluated=- reused=-"
 _SEEN = "router.access"  # the scope's key of what the line will say
 
 
+def turn(scope: Scope, status: int, trace: Trace | None, started: float) -> None:
+    """A WebSocket turn's line (`started`: its `time.perf_counter()`); nothing when the log is off."""
+    if scope.get(_SEEN) is None:
+        return
+    tier, route, escalated = (trace.tier, trace.route, str(trace.escalated).lower()) if trace else ("-", "-", "-")
+    log.info(
+        "WS %s %s tier=%s route=%s escalated=%s %.1fms",  # the middleware's line, for one turn
+        scope.get("path", ""), status, tier, route, escalated, (time.perf_counter() - started) * 1000,
+    )  # fmt: skip
+
+
 def note(scope: Scope, trace: Trace) -> None:
     """The call's final decision, for its line (nothing when the log is off)."""
     if (seen := scope.get(_SEEN)) is not None:
@@ -50,8 +65,8 @@ def note(scope: Scope, trace: Trace) -> None:
 
 def note_failure(scope: Scope, exc: RouterError) -> None:
     """A call that failed once routed: its line names the tier and route it failed on."""
-    if exc.routed is not None and (seen := scope.get(_SEEN)) is not None:
-        seen.update(exc.routed)
+    if exc.trace is not None:
+        note(scope, exc.trace)
 
 
 class AccessLog:

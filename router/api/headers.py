@@ -1,12 +1,14 @@
 """What a client is told about its call's routing, on every transport: the `x-router-*` headers
-and the final decision as JSON (the `: router {json}` SSE trailer, `"router"` on Responses'
-`response.completed`)."""
+(on an error of a routed call too: `error_headers`) and the final decision as JSON (the
+`: router {json}` SSE trailer, `"router"` on Responses' `response.completed`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 import orjson
+
+from router.errors import RouterError
 
 if TYPE_CHECKING:
     from router.core.escalation import Trace
@@ -24,12 +26,14 @@ def router_headers(trace: Trace) -> dict[str, str]:
         "x-router-lane": trace.lane.name,
         **({"x-router-verified": ",".join(trace.verdicts)} if trace.verdicts else {}),
         **({"x-router-prompt-tokens": prompt_tokens(trace)} if trace.prompt_evaluated or trace.prompt_reused else {}),
+        **({"x-router-repeat": trace.repeat} if trace.repeat else {}),
     }
 
 
-def prompt_tokens(trace: Trace) -> str:
-    """The tiers' servers' own count of the call's prompt: `evaluated=N reused=M` (from their cache)."""
-    return f"evaluated={trace.prompt_evaluated} reused={trace.prompt_reused}"
+def error_headers(exc: RouterError) -> dict[str, str]:
+    """An error's headers: its own (x-should-retry, retry-after) and, once the call was routed, the
+    routing headers of what was tried."""
+    return {**exc.headers(), **router_headers(exc.trace)} if exc.trace is not None else exc.headers()
 
 
 def summary(trace: Trace) -> bytes:
@@ -48,5 +52,11 @@ def summary(trace: Trace) -> bytes:
             "verified": trace.verdicts,
             "lane": trace.lane.name,
             "prompt_tokens": {"evaluated": trace.prompt_evaluated, "reused": trace.prompt_reused},
+            **({"repeat": trace.repeat} if trace.repeat else {}),
         }
     )
+
+
+def prompt_tokens(trace: Trace) -> str:
+    """The tiers' servers' own count of the call's prompt: `evaluated=N reused=M` (from their cache)."""
+    return f"evaluated={trace.prompt_evaluated} reused={trace.prompt_reused}"

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from router.api import admitted, authorize, endpoint, lower_headers, observe, read_body, router_of
-from router.api.headers import router_headers
+from router.api.headers import error_headers, router_headers
 from router.api.sse import SSEResponse, framed, sse_frame
 from router.core import pipeline
 from router.core.call import Call, parse_body, refuse_forbidden
@@ -34,7 +34,7 @@ from router.upstream.base import Native
 def anthropic_error(exc: RouterError) -> Response:
     # Anthropic says "overloaded" with 529, which its clients (Claude Code, the SDK) back off on
     status = 529 if isinstance(exc, Overloaded) else exc.http_status
-    return Response(orjson.dumps(error_body(exc)), status, exc.headers(), media_type="application/json")
+    return Response(orjson.dumps(error_body(exc)), status, error_headers(exc), media_type="application/json")
 
 
 anthropic_endpoint = functools.partial(endpoint, render=anthropic_error)

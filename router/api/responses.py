@@ -4,7 +4,8 @@ The request is translated to a chat-completions call and run through the same pi
 /v1/chat/completions; `x-router-*` headers as there, and `x-router-dropped-tools` naming the types of
 the client's tools a chat tier cannot run (web_search, ...) when the tier that answered is one (it was
 not offered them). A streamed response's final decision also rides on `response.completed`
-(`"router": {...}`) and in a trailing `: router {json}` comment.
+(`"router": {...}`, or on the `error` event a failure ends it with) and in a trailing `: router {json}`
+comment.
 Responses are remembered (unless `store: false`) for `previous_response_id` in the process cache and
 the store (router/core/response_state.py); an unknown id, or one the store cannot look up, is a 400.
 

@@ -7,6 +7,8 @@ frame per event, ending in `response.completed` (or `response.incomplete`, or `e
 `response.created` goes out with the answer's first chunk (it names the model that answers), and a
 failure before it is one `error` event — but a prompt no tier's context takes, which is
 `response.created`, `.in_progress` and `response.failed` (`context_length_exceeded`), as OpenAI sends it.
+The final decision rides on `response.completed` and on an `error` event of a routed call
+(`"router": {...}`: tier, route, mistakes, `repeat`, ...).
 `generate: false` stores the input as a response without calling a model (warm-up).
 `previous_response_id` is looked up on this connection first, then in the process cache, then in the
 store (router/core/response_state.py); a miss is an `error` event and the socket stays open.
@@ -23,6 +25,9 @@ Limits and liveness
   backpressure  each event is awaited on `send_text` (the server pauses while the client is slow)
   disconnect    the running response is cancelled, which closes its upstream stream
   ping/pong     the server's own keepalive (uvicorn: `ws_ping_interval`, `ws_ping_timeout`)
+
+The access log has a line per turn (router/api/access.py's `turn`: 200, or its `error` event's status,
+with the tier, route and escalation of a routed one) and one for the connection when it closes.
 """
 
 from __future__ import annotations
@@ -30,13 +35,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from router.api import Admission, authorize, error_response, lower_headers, observe
+from router.api import Admission, access, authorize, error_response, lower_headers, observe
+from router.api.headers import summary
 from router.core import pipeline
 from router.core.call import check_depth
 from router.core.response_state import ResponseCache, Stored
@@ -45,7 +52,10 @@ from router.responses import turn as turns
 from router.responses.events import Event, error_event
 
 if TYPE_CHECKING:
+    from router.core.escalation import Trace
     from router.runtime import Runtime
+
+Turn = tuple[int, "Trace | None"]  # how a turn ended, for its access log line: status, the routed call
 
 log = logging.getLogger("router.api.ws")
 
@@ -137,41 +147,50 @@ class Connection:
             except TimeoutError:
                 self.close_with = (1000, "idle timeout")
                 return
+            started = time.perf_counter()
             try:
-                await self._handle(text)
+                status, trace = await self._handle(text)
             except (WebSocketDisconnect, OSError):
                 raise  # the client left: nothing to answer
             except Exception as exc:  # a bug must not end the connection; no traceback (request data)
                 log.error("unexpected %s handling a websocket message", type(exc).__name__)
-                await self.send(error_event(RouterError("The router failed unexpectedly; the error was logged.")))
+                failure = RouterError("The router failed unexpectedly; the error was logged.")
+                await self.send(error_event(failure))
+                status, trace = failure.http_status, None
+            access.turn(self.ws.scope, status, trace, started)
 
     async def send(self, event: Event) -> None:
         await self.ws.send_text(orjson.dumps(event).decode())
 
-    async def _handle(self, text: str) -> None:
+    async def failed(self, exc: RouterError) -> Turn:
+        """A turn that ends with an `error` event (with the call's routing, once it was routed)."""
+        event = error_event(exc)
+        if exc.trace is not None:
+            event["router"] = orjson.loads(summary(exc.trace))
+        await self.send(event)
+        return exc.http_status, exc.trace
+
+    async def _handle(self, text: str) -> Turn:
         try:
             event = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            await self.send(error_event(InvalidJSON(f"The message is not valid JSON ({exc.msg} at {exc.pos}).")))
-            return
+            return await self.failed(InvalidJSON(f"The message is not valid JSON ({exc.msg} at {exc.pos})."))
         kind = event.get("type") if isinstance(event, dict) else None
         try:
             check_depth(event)
         except RouterError as exc:
-            await self.send(error_event(exc))
-            return
+            return await self.failed(exc)
         if kind != "response.create":
-            err = UnknownEvent(f"Unknown event type {kind!r}; expected 'response.create'.", param="type")
-            await self.send(error_event(err))
-            return
+            return await self.failed(
+                UnknownEvent(f"Unknown event type {kind!r}; expected 'response.create'.", param="type")
+            )
         body = {k: v for k, v in event.items() if k not in _ENVELOPE}
         try:
             prev = await turns.previous(body, self.cache, self.shared)
             native = turns.passes_through(self.router.policy.current)
             turn = turns.prepare(body, self.headers, prev, stream=True, native=native)
         except RouterError as exc:
-            await self.send(error_event(exc))
-            return
+            return await self.failed(exc)
 
         def save(entry: Stored) -> None:
             self.cache.put(turn.id, entry)
@@ -181,16 +200,15 @@ class Connection:
         if event.get("generate") is False:
             for ev in turns.warm_up(turn, save):
                 await self.send(ev)
-            return
-        await self._respond(turn, save)
+            return 200, None
+        return await self._respond(turn, save)
 
-    async def _respond(self, turn: turns.Turn, save: turns.Save) -> None:
+    async def _respond(self, turn: turns.Turn, save: turns.Save) -> Turn:
         router = self.router
         try:
             admission = Admission(router)
         except RouterError as exc:
-            await self.send(error_event(exc))
-            return
+            return await self.failed(exc)
         try:
             # created + in_progress go out with the first chunk, as on SSE, so that they name the model
             # that answers; a failure before it is one `error` event (nothing of a response was sent).
@@ -200,26 +218,27 @@ class Connection:
             except asyncio.CancelledError:
                 if (reason := router.open.ended()) is None:
                     raise
-                await self.send(error_event(reason))
-                return
+                return await self.failed(reason)
             except ContextExceeded as exc:  # as OpenAI sends it: a failed response (Codex compacts)
                 for event in turns.failed(turn, exc):
                     await self.send(event)
-                return
+                return exc.http_status, exc.trace
             except RouterError as exc:
-                await self.send(error_event(exc))
-                return
+                return await self.failed(exc)
             except Exception as exc:  # no traceback: it could carry request data or upstream details
                 log.error("unexpected %s in response %s", type(exc).__name__, turn.id)
-                await self.send(error_event(RouterError("The router failed unexpectedly; the error was logged.")))
-                return
+                return await self.failed(RouterError("The router failed unexpectedly; the error was logged."))
             ttft = asyncio.get_running_loop().time() - trace.started
             turns.left_out(router, turn, trace)  # counted as on HTTP (no header to name it in)
+            status = 200
             try:
                 async with aclosing(turns.events(turn, trace, router.open.stream(chunks), save)) as stream:
                     async for ev in stream:
+                        if ev["type"] == "error":
+                            status = ev["status"]
                         await self.send(ev)
             finally:
                 observe(router, trace, ttft)
+            return status, trace
         finally:
             admission.release()

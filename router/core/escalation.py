@@ -9,7 +9,13 @@ allowed (attempt count and deadline): the next attempt goes to a stronger tier, 
 last tier — to the same tier again, as a repair (`tool_choice` pinned to the tool the model meant)
 or a fresh sample. When no attempt is left, an answer whose mistakes the policy escalates on is
 never handed to the client: `ChecksFailed` (a retryable 502) is raised instead, unless the policy
-says `escalation.on_exhausted: deliver`.
+says `escalation.on_exhausted: deliver`. Its message says what the client has: nothing, or (a
+stream) the text already streamed and no tool call.
+
+Such a request is remembered (router/core/repeats.py): a repeat of it — the agent's retry — is not
+run the same way (`escalation.repeat`): it is resampled (every attempt on the repeat tier, at the
+repeat temperature) while `repeat.resample` allows, else refused at once with `ChecksFailedRepeatedly`
+(non-retryable), which is also the error of the last resampled run that fails.
 
 A tier whose breaker is open (router/core/breaker.py) is skipped as if it were not there: the
 attempt goes to the next stronger tier, with `tier_open` among the mistakes; with none left, the
@@ -44,9 +50,10 @@ from router.core.escalate import Escalate
 from router.core.lanes import STANDARD_LANE, Choice
 from router.core.offered import ToolSet
 from router.core.record import Record
+from router.core.repeats import Seen, resampled
 from router.core.validate import Mistake
 from router.core.verify import verify
-from router.errors import ChecksFailed, ContextExceeded, TierOpen, UpstreamError, UpstreamStatus
+from router.errors import ChecksFailed, ChecksFailedRepeatedly, ContextExceeded, TierOpen, UpstreamError, UpstreamStatus
 from router.policy.decide import Decision, fits
 from router.policy.model import Breaker, Policy
 from router.upstream.base import Prompt
@@ -107,6 +114,7 @@ class Trace:
         decision: Decision,
         lane: Choice = STANDARD_LANE,
         context_tokens: int = 0,
+        seen: Seen | None = None,
     ) -> None:
         self.router = router
         self.record = Record(router.store, router.metrics, router.background, call, decision.route)
@@ -126,6 +134,9 @@ class Trace:
         self.verdicts: list[str] = []  # "kind:accept|reject|unsure" per verified answer
         self.prompt_evaluated = 0  # prompt tokens the tiers' servers evaluated, by their own count
         self.prompt_reused = 0  # prompt tokens they reused from their cache (a session's kept prefix)
+        self.streamed = False  # a stream's client has part of the answer (text, which is not held)
+        self.seen = seen if seen is not None else Seen(call)  # the request's earlier runs (router/core/repeats.py)
+        self.repeat: str | None = None  # how this repeat of an exhausted request runs: "resampled", "refused"
         self._native: dict[str, bool] = {}  # tier → its latest attempt got the client's own request
         self._repair_tool: str | None = None
         self._repaired_on: set[str] = set()  # tiers that had their one repair
@@ -136,6 +147,23 @@ class Trace:
         loop = asyncio.get_running_loop()
         self.started = loop.time()
         self.deadline = self.started + policy.escalation.deadline
+        if (repeat := policy.escalation.repeat) is not None and self.seen.runs:
+            if self.seen.runs > repeat.resample:
+                self.repeat = "refused"
+            else:
+                self.repeat = "resampled"
+                self.call = resampled(call, repeat.temperature)
+                chain = policy.escalation.chain
+                self.tier = repeat.tier or (chain[-1] if chain else decision.tier)
+            router.metrics.repeats.labels(self.route, self.repeat).inc()
+
+    def refused(self) -> ChecksFailedRepeatedly:
+        """The error of a repeat that is not run (`repeat == "refused"`)."""
+        return ChecksFailedRepeatedly(
+            f"This request failed the router's checks in each of its last {self.seen.runs} runs; it was not "
+            "run again. Asked the same way it fails the same way: change the request.",
+            tier=self.tier,
+        )
 
     # -- the loop ---------------------------------------------------------------------------
     def attempts(self) -> AsyncRetrying:
@@ -164,7 +192,7 @@ class Trace:
             self._repair_tool = None
         elif self._fitting is not None:
             self.tier, self._fitting = self._fitting, None
-        elif last is not None:
+        elif last is not None and self.repeat != "resampled":  # a resampled run stays on its tier
             self.tier = self._stronger(last)
         self.tier = self._past_open(self.tier)
         if last is not None and self.tier != last:
@@ -254,16 +282,30 @@ class Trace:
         self.exhausted = True
         if self.policy.escalation.on_exhausted == "deliver":
             return found
-        log.warning(
-            "route %s: no attempt left after %s (tiers %s); answering with a retryable error",
-            self.route, ",".join(self.mistakes), ",".join(self.tried),
-        )  # fmt: skip
         self.router.metrics.exhausted.labels(tier, self.route).inc()
-        raise ChecksFailed(
-            f"Every answer failed the router's checks ({', '.join(dict.fromkeys(self.mistakes))}); "
-            "nothing was delivered. Retrying may succeed.",
-            tier=tier,
-        )
+        raise self._checks_failed(tier)
+
+    def _checks_failed(self, tier: str) -> ChecksFailed:
+        """The error of a call whose every attempt failed the checks: retryable while a repeat of the
+        request would be run again (resampled), else not; the request is remembered for its repeats."""
+        kinds = ", ".join(dict.fromkeys(self.mistakes))
+        sent = "nothing was delivered"
+        if self.streamed:  # text is not held: the client has it
+            sent = "no tool call was delivered, only the text already streamed"
+        repeat = self.policy.escalation.repeat
+        runs = self.router.repeats.exhausted(self.seen) if repeat is not None else 0
+        log.warning(
+            "route %s: no attempt left after %s (tiers %s, run %d of this request); answering with an error",
+            self.route, ",".join(self.mistakes), ",".join(self.tried), max(runs, 1),
+        )  # fmt: skip
+        failed = f"Every answer failed the router's checks ({kinds})"
+        if repeat is None:
+            return ChecksFailed(f"{failed}; {sent}. Retrying may succeed.", tier=tier)
+        if runs <= repeat.resample:
+            retry = "A retry of this request is run again resampled, and may succeed."
+            return ChecksFailed(f"{failed}; {sent}. {retry}", tier=tier)
+        stop = "Asked the same way it fails the same way: change the request."
+        return ChecksFailedRepeatedly(f"{failed}, in each of its last {runs} runs; {sent}. {stop}", tier=tier)
 
     async def verify(self, tier: str, body: Mapping[str, Any], choice: Mapping[str, Any]) -> None:
         """Run the route's verifier on a well-formed call of a checked tier; escalate on rejection."""
@@ -349,7 +391,7 @@ class Trace:
     def hedge_for(self, tier: str) -> tuple[str, float] | None:
         """(hedge tier, delay) when the route hedges this call's first attempt."""
         hedge = self.route_spec.hedge if self.route_spec else None
-        if hedge is None or len(self.tried) != 1:
+        if hedge is None or len(self.tried) != 1 or self.repeat is not None:
             return None
         other = hedge.tier or self._stronger(tier)
         return (other, hedge.after) if other != tier and self.router.breakers.closed(other) else None
@@ -380,5 +422,9 @@ class Trace:
         self.record.delivered(tier, message)
         # the session's next turn starts with this answer: the other tiers read it in the background
         self.router.warming.offer(self.policy, self.call.session, self.call.body, tier, message)
+        if self.seen.key is not None:  # its shape was remembered: if the request was, it is forgotten
+            self.router.repeats.answered(self.seen)
+            if self.repeat == "resampled":
+                self.router.metrics.repeats.labels(self.route, "answered").inc()
         # shadow mode (router/core/shadow.py): maybe a comparison, in the background
         self.router.shadow.offer(self.policy, self.route, self.call.body, tier, message)

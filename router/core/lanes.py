@@ -108,7 +108,10 @@ def lane_policy(policy: Policy, lane: Lane) -> Policy:
                 update[option] = spec.model_copy(update={field: swap(getattr(spec, field))})
         return r.model_copy(update=update)
 
-    escalation = policy.escalation.model_copy(update={"to": swap(policy.escalation.to)})
+    update: dict[str, Any] = {"to": swap(policy.escalation.to)}
+    if (repeat := policy.escalation.repeat) is not None and repeat.tier is not None:
+        update["repeat"] = repeat.model_copy(update={"tier": swap(repeat.tier)})
+    escalation = policy.escalation.model_copy(update=update)
     aliases = {k: swap(v) for k, v in policy.aliases.items()}
     return policy.model_copy(update={"routes": [route(r) for r in policy.routes], "escalation": escalation,
                                      "aliases": aliases})  # fmt: skip

@@ -1,7 +1,9 @@
 """The one flow every transport shares: decide → call → validate → escalate → record.
 
     trace = begin(call)                     lane (router/core/lanes.py), agent feedback, sticky sessions,
-                                            policy.decide (pure)
+                                            policy.decide (pure); a repeat of a request whose every
+                                            attempt failed the checks: resampled or refused
+                                            (router/core/repeats.py)
     for each attempt:                       escalation.Trace picks tier and body (routed, repair, stronger),
                                             past tiers whose breaker is open (router/core/breaker.py);
                                             the first runs plainly, the rest in tenacity's loop
@@ -19,10 +21,13 @@ A call goes to a tier whose context window its prompt fits (`policy.decide` with
 router/core/context.py); a tier's own context error sends it on to a larger one, else ends it with
 the client's own context error (router/core/escalation.py). `count(router, call)` decides a call
 the same way and counts its prompt with that tier's tokenizer (POST /v1/messages/count_tokens).
-A failure after the call was routed carries its tier and route (`RouterError.routed`) for its log line.
+A failure after the call was routed carries its tier and route (`RouterError.trace`) for its log line.
 
 Streams run the same loop through a `Gate` that holds tool-call deltas until they are checked, so
 a mistake found before anything was sent escalates invisibly.
+
+An error of a routed call carries its trace (`RouterError.trace`): the transports tell the client
+its routing with the error (router/api/headers.py) as with an answer.
 """
 
 from __future__ import annotations
@@ -69,13 +74,19 @@ async def begin(router: Runtime, call: Call) -> Trace:
         adaptive, windows = router.adaptive, router.windows.known()
         live = Live(sticky_tier=sticky, degraded=adaptive.degraded, diverted=adaptive.diverted, windows=windows)
         decision = decide(features, policy, live)
+        seen = router.repeats.seen(call) if policy.escalation.repeat is not None else None
     except BaseException:
         router.lanes.leave(lane)
         raise
     router.adaptive.note(decision)
     router.warming.offer(policy, call.session, call.body, decision.tier)  # the other tiers read it meanwhile
-    trace = Trace(router, call, policy, decision, lane, features.context_tokens)
+    trace = Trace(router, call, policy, decision, lane, features.context_tokens, seen)
     trace.admitted = (tools, tool_set)
+    if trace.repeat == "refused":  # every run the policy gives this request failed: not run again
+        router.lanes.leave(lane)
+        refused = trace.refused()
+        refused.trace = trace
+        raise refused
     return trace
 
 
@@ -100,11 +111,6 @@ async def count(router: Runtime, call: Call) -> tuple[Decision, int, bool]:
     return (decision, tokens, True) if tokens is not None else (decision, features.context_tokens, False)
 
 
-def _routed(exc: RouterError, trace: Trace) -> None:
-    """`exc` ends a routed call: it carries the call's tier and route (its access log line says them)."""
-    exc.routed = {"tier": trace.tier, "route": trace.route, "escalated": "true" if trace.escalated else "false"}
-
-
 async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:
     trace = await begin(router, call)
     span = router.tracing.start(trace)  # router/core/tracing.py; OFF: no-ops
@@ -121,7 +127,7 @@ async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:
                     reply = await _answer(router, trace)
         span.answer(reply.data)
     except RouterError as exc:
-        _routed(exc, trace)
+        exc.trace = trace  # the transport names the call's routing with its error
         raise
     finally:
         router.lanes.leave(trace.lane)
@@ -156,7 +162,7 @@ async def stream(router: Runtime, call: Call) -> tuple[Trace, AsyncIterator[Chun
         return trace, _prepend(chunk, chunks)
     failure = failure or UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
     if isinstance(failure, RouterError):
-        _routed(failure, trace)
+        failure.trace = trace  # nothing was sent: the transport names the call's routing with its error
     try:
         raise failure
     finally:
@@ -203,6 +209,7 @@ async def _joined(router: Runtime, trace: Trace) -> AsyncIterator[Chunk]:
         try:  # the first attempt without tenacity's loop, as in `complete`
             with span.attempt(trace):
                 async for ready in await _attempt_chunks(router, trace, join):
+                    trace.streamed = True
                     yield span.chunk(join(ready))
         except Escalate as first:
             retries = trace.retries(first)
@@ -210,6 +217,7 @@ async def _joined(router: Runtime, trace: Trace) -> AsyncIterator[Chunk]:
             async for attempt in retries:
                 with attempt, span.attempt(trace):
                     async for ready in await _attempt_chunks(router, trace, join):
+                        trace.streamed = True
                         yield span.chunk(join(ready))
     finally:
         router.lanes.leave(trace.lane)

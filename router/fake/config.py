@@ -30,6 +30,7 @@ class FakeConfig:
     # refused with llama-server's 400 (Anthropic's on /v1/messages), and /props, /apply-template, /tokenize
     # and the model list's `meta.n_ctx` are served. 0: no limit, and none of those (as other servers)
     n_ctx: int = 0
+    greedy: bool = False  # the same request, the same answer (as a greedy model), unless it asks for temperature > 0
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.bad_kinds if k not in BAD_KINDS]

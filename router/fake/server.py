@@ -47,6 +47,11 @@ Determinism
   body, bad key, bad ``x-fake-fault``, ``tool_choice`` naming a tool not offered) draw nothing. So the
   same sequence of requests gives the same sequence of answers; header overrides replace decisions but
   never change the draws.
+  With ``greedy`` the fake answers as a greedy (temperature 0) model does: the same request, the same
+  answer, broken or not. A request's draws then come from ``random.Random`` seeded by the seed and a
+  digest of the request body (keys sorted; ``stream``, ``stream_options`` and the output limits left
+  out: they do not change a greedy answer), unless it asks for a ``temperature`` above 0 (a sample:
+  the app's draws).
 
 Per-request override header ``x-fake-fault`` (comma-separated, any combination):
   ``500`` / ``429`` / ``400`` (any 4xx/5xx)   that status and an error body (429: ``retry-after-ms: 10``)
@@ -70,6 +75,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import random
 import socket
 import struct
@@ -214,18 +220,19 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     size = prompt_size(body) if st.config.n_ctx else 0
     if size and (refusal := too_long(size, st.config.n_ctx, anthropic)) is not None:
         return web.Response(status=400, body=refusal, headers=_JSON)
-    plan = plan_of(request.headers.get("x-fake-fault"), st.rng, st.config)
+    rng = _greedy(st, body) or st.rng
+    plan = plan_of(request.headers.get("x-fake-fault"), rng, st.config)
     if isinstance(plan, str):
         return _error(400, plan, anthropic)
     # plan_of drew the fault floats; the rest is drawn here. All before the first await, so concurrency
     # cannot interleave two requests' draws.
-    rid = st.rng.getrandbits(96)
+    rid = rng.getrandbits(96)
     cfg = st.config
     if tools:
         rates, kinds = cfg.bad_tool_rates, cfg.bad_kinds
-        answer = tool_answer(tools, chosen, st.rng, rates, cfg.bad_tool_rate, kinds, plan.bad_kind, cfg.prefer_tools)
+        answer = tool_answer(tools, chosen, rng, rates, cfg.bad_tool_rate, kinds, plan.bad_kind, cfg.prefer_tools)
     else:
-        answer = Answer(text=make_text(st.rng, cfg.words))
+        answer = Answer(text=make_text(rng, cfg.words))
     if plan.reset:
         _cut(request)
         return web.Response(status=500)  # never sent: aiohttp drops it on the closed transport
@@ -260,6 +267,18 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
         events = chat_chunks(answer, cid, created, model, usage if with_usage else None)
         return await _send_stream(request, st, plan, events, headers, MALFORMED_CHAT)
     return await _send_json(request, plan, chat_completion(answer, cid, created, model, usage), headers)
+
+
+_NOT_ASKED = frozenset({"stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens"})
+
+
+def _greedy(st: _State, body: dict[str, Any]) -> random.Random | None:
+    """The request's own generator when the fake answers greedily and the request does not ask to sample."""
+    temperature = body.get("temperature")
+    if not st.config.greedy or (isinstance(temperature, int | float) and temperature > 0):
+        return None
+    asked = orjson.dumps({k: v for k, v in body.items() if k not in _NOT_ASKED}, option=orjson.OPT_SORT_KEYS)
+    return random.Random(hashlib.blake2b(asked, digest_size=16, key=str(st.config.seed).encode()).digest())
 
 
 def _finished(body: dict[str, Any], chosen: str | None, after: int) -> bool:

@@ -318,13 +318,16 @@ def _raw_reference_problems(data: Any) -> list[tuple[Loc, str]]:
         return []
     models, aliases, routes = data.get("models"), data.get("aliases"), data.get("routes")
     escalation = data.get("escalation")
+    escalation = escalation if isinstance(escalation, dict) else {}
+    repeat = escalation.get("repeat")
     if not isinstance(models, dict) or not models:
         return []
     return reference_problems(
         [str(k) for k in models],
         aliases if isinstance(aliases, dict) else {},
         routes if isinstance(routes, list) else [],
-        escalation.get("to") if isinstance(escalation, dict) else None,
+        escalation.get("to"),
+        repeat.get("tier") if isinstance(repeat, dict) else None,
     )
 
 

@@ -286,6 +286,25 @@ class AfterAgentError(Strict):
     repeated_call: bool = Field(default=True, description="a call repeated verbatim means the earlier one failed")
 
 
+class Repeat(Strict):
+    """A request identical to one whose every attempt failed the checks — most often the agent retrying
+    the router's retryable `checks_failed` error — is not run the same way again (router/core/repeats.py):
+    the first `resample` such repeats start on `tier` with every attempt sampled at `temperature`; the
+    next one is refused at once (a non-retryable `checks_failed`), as is the error of the last resampled run."""
+
+    resample: int = Field(
+        default=2, ge=0, description="repeats of an exhausted request run again resampled; later ones are refused"
+    )
+    temperature: float = Field(
+        default=0.7, gt=0, le=2, description="temperature of a resampled run's attempts (the client's seed dropped)"
+    )
+    tier: str | None = Field(
+        default=None,
+        description="tier of a resampled run (default: the escalation chain's last, else the route's); a tier "
+        "whose params pin temperature keeps its own: a sampled variant of a greedy tier goes here",
+    )
+
+
 class Escalation(Strict):
     to: str | list[str] | None = Field(default=None, description="tier, or chain of tiers tried in order")
     on: list[MistakeKind] = Field(default_factory=lambda: list(_ESCALATE_ON_BY_DEFAULT))
@@ -295,6 +314,10 @@ class Escalation(Strict):
     on_exhausted: Literal["error", "deliver"] = Field(
         default="error",
         description="when every attempt failed the checks: answer with a retryable error, or deliver the last answer",
+    )
+    repeat: Repeat | None = Field(
+        default_factory=Repeat,
+        description="how a repeat of a request whose every attempt failed the checks is run (null: as it comes)",
     )
 
     @property
@@ -362,7 +385,10 @@ class Policy(Strict):
     @model_validator(mode="after")
     def _references_exist(self) -> Policy:
         routes = [r.model_dump(include={"name", "use", "hedge", "adaptive", "verify", "shadow"}) for r in self.routes]
-        problems = reference_problems(self.models, self.aliases, routes, self.escalation.to)
+        repeat = self.escalation.repeat
+        problems = reference_problems(
+            self.models, self.aliases, routes, self.escalation.to, repeat.tier if repeat is not None else None
+        )
         if problems:
             raise ValueError("; ".join(f"{'.'.join(map(str, loc))}: {msg}" for loc, msg in problems))
         return self
@@ -401,6 +427,7 @@ def reference_problems(
     aliases: Mapping[str, Any],
     routes: Sequence[Any],
     escalation_to: Any,
+    repeat_tier: Any = None,
 ) -> list[tuple[tuple[str | int, ...], str]]:
     """Every reference to a tier that does not exist, and every repeated route name, as (loc, message).
 
@@ -438,4 +465,6 @@ def reference_problems(
         for j, tier in enumerate(escalation_to):
             if isinstance(tier, str) and tier not in names:
                 problems.append((("escalation", "to", j), f"unknown tier {tier!r}"))
+    if isinstance(repeat_tier, str) and repeat_tier not in names:
+        problems.append((("escalation", "repeat", "tier"), f"unknown tier {repeat_tier!r}"))
     return problems

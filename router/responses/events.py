@@ -11,6 +11,8 @@
     response.completed  (response.incomplete when the model hit max_output_tokens or a filter)
 
 A tier that serves Responses itself has its own events forwarded (`feed_native`), renumbered.
+A chat tier's text reaches the client with the client's own tool names where the tier knows a tool
+by one the router made up (`ClientText`: "functions__exec" is written "functions.exec").
 
 Every event carries `sequence_number`. Failures become one `error` event: the transports send it
 as the last event of that response (no `response.failed` follows, so a client that stops reading at
@@ -25,7 +27,7 @@ from typing import Any
 from router.errors import RouterError
 from router.responses.items import message_item, new_id, text_part
 from router.responses.translate import response_object
-from router.upstream.responses_tools import ToolMap, freeform_input
+from router.upstream.responses_tools import ClientText, ToolMap, freeform_input
 
 Event = dict[str, Any]
 _ENVELOPE = frozenset({"response.created", "response.in_progress", "response.queued", "response.completed",
@@ -53,6 +55,7 @@ class EventBuilder:
     ) -> None:
         self.request = request
         self.tools = tools or ToolMap()
+        self._names = ClientText(self.tools)  # the text as the client reads it: its own tool names
         self.id = response_id
         self.created_at = created_at
         self.seq = 0
@@ -163,6 +166,11 @@ class EventBuilder:
 
     # -- text --------------------------------------------------------------------------------------
     def _text_delta(self, text: str) -> list[Event]:
+        return self._client_text(self._names.feed(text))
+
+    def _client_text(self, text: str) -> list[Event]:
+        if not text:
+            return []
         out: list[Event] = []
         if self._text is None:
             out += self._close_call()
@@ -195,9 +203,10 @@ class EventBuilder:
         return out
 
     def _close_text(self) -> list[Event]:
+        out = self._client_text(self._names.flush())  # a name still held: nothing follows it now
         item = self._text
         if item is None:
-            return []
+            return out
         self._text = None
         index = self.output.index(item)
         text = "".join(self._parts)
@@ -206,6 +215,7 @@ class EventBuilder:
         item["status"] = "completed"
         ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
         return [
+            *out,
             self.event("response.output_text.done", **ids, text=text, logprobs=[]),
             self.event("response.content_part.done", **ids, part=part),
             self.event("response.output_item.done", output_index=index, item=item),

@@ -211,10 +211,11 @@ def _text(message: Mapping[str, Any]) -> str:
 def output_items(
     message: Mapping[str, Any], *, status: str = "completed", tools: ToolMap | None = None
 ) -> list[dict[str, Any]]:
-    """One assistant chat message → a message item (if it has text) and one call item per tool call."""
+    """One assistant chat message → a message item (if it has text, with the client's own tool names)
+    and one call item per tool call."""
     items: list[dict[str, Any]] = []
     if text := _text(message):
-        items.append(message_item(text, status=status))
+        items.append(message_item(tools.client_text(text) if tools else text, status=status))
     for call in message.get("tool_calls") or ():
         fn = call.get("function") or {}
         call_id, name, arguments = (

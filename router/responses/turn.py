@@ -183,7 +183,7 @@ async def events(turn: Turn, trace: Trace, chunks: AsyncIterator[Chunk], save: S
             for ev in _feed(b, chunk):
                 yield ev
     except RouterError as exc:
-        yield b.error(exc)
+        yield {**b.error(exc), "router": orjson.loads(summary(trace))}  # the routing, as on `response.completed`
         return
     except Exception as exc:  # no traceback: it could carry request data or upstream details
         log.error("unexpected %s while streaming response %s", type(exc).__name__, turn.id)

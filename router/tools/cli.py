@@ -100,6 +100,9 @@ def fake_upstream(
     reset_before_first_byte: Annotated[float, typer.Option(help="share of connections closed unanswered")] = 0.0,
     malformed_sse: Annotated[float, typer.Option(help="share of streams with a garbage event")] = 0.0,
     endless: Annotated[bool, typer.Option(help="every answer never ends (a hostile upstream)")] = False,
+    greedy: Annotated[
+        bool, typer.Option(help="the same request, the same answer (unless it asks for temperature > 0)")
+    ] = False,
     model: Annotated[str, typer.Option(help="model name it reports")] = "fake-model",
     finish_after: Annotated[
         int, typer.Option(help="answer text once the conversation holds this many tool results (0: never)")
@@ -137,6 +140,7 @@ def fake_upstream(
         prefer_tools=tuple(prefer_tool or ()),
         endless=endless,
         n_ctx=n_ctx,
+        greedy=greedy,
     )
     typer.echo(f"fake upstream on http://{host}:{port}/v1")
     run_fake(config, host, port)

@@ -6,6 +6,8 @@
     .left_out                   the types of tools it does not get (hosted tools: web_search, ...)
     .chat_name(namespace, name) the function name a chat tier knows a client's tool by
     .call_item(...)             a chat tool call → the output item the client expects
+    .client_text(text)          text a chat tier wrote, with the names it knows the client's tools by
+                                written as the client's (`ClientText`: the same, delta by delta)
 
 Chat tiers take only flat function tools, so of the Responses tool types:
   function            as it is (a deferred one, `defer_loading`, is offered right away: a chat tier
@@ -18,7 +20,9 @@ Chat tiers take only flat function tools, so of the Responses tool types:
                       computer_use, tool_search, ...) run by OpenAI's servers, not callable by a chat
                       tier: left out, and reported
 Generated names keep to what chat tiers accept (`[A-Za-z0-9_-]`, at most 64 characters) and never
-collide: a name that would gets a short hash of the original in its place.
+collide: a name that would gets a short hash of the original in its place. They are the router's, never
+the client's: where a chat tier's text names a tool by one ("I will call clock__sleep"), the client
+reads the tool's own name, `namespace.name` for a namespaced one ("I will call clock.sleep").
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ SEPARATOR = "__"
 MAX_NAME = 64
 TOOL_ITEMS = ("additional_tools", "tool_search_output")  # input items that carry tools
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_WORD = re.compile(r"[A-Za-z0-9_-]+")  # a run of name characters: a generated name is always a whole one
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,7 @@ class ToolMap:
     left_out: list[str] = field(default_factory=list)
     by_chat: dict[str, Offered] = field(default_factory=dict)
     _chat: dict[tuple[str | None, str], str] = field(default_factory=dict)
+    _renamed: dict[str, str] | None = field(default=None, compare=False)  # `renamed`, once asked for
 
     @classmethod
     def of(cls, tools: Any, items: Iterable[Any] = ()) -> ToolMap:
@@ -95,6 +102,7 @@ class ToolMap:
 
     def _register(self, offered: Offered, tool: Mapping[str, Any], chat_tool: dict[str, Any]) -> None:
         chat_name = chat_tool["function"]["name"]
+        self._renamed = None
         self.by_chat[chat_name] = offered
         self._chat[(offered.namespace, offered.name)] = chat_name
         self.chat_tools.append(chat_tool)
@@ -118,6 +126,22 @@ class ToolMap:
     def offered(self, chat_name: str) -> Offered:
         return self.by_chat.get(chat_name) or Offered("function", chat_name)
 
+    @property
+    def renamed(self) -> dict[str, str]:
+        """Chat name → the client's name of that tool as text writes it (`namespace.name`), for every
+        tool the router named otherwise than the client did (once the map is complete)."""
+        if self._renamed is None:
+            self._renamed = {}
+            for chat, tool in self.by_chat.items():
+                own = f"{tool.namespace}.{tool.name}" if tool.namespace is not None else tool.name
+                if own != chat:
+                    self._renamed[chat] = own
+        return self._renamed
+
+    def client_text(self, text: str) -> str:
+        """`text` of a chat tier with every tool name the router made up written as the client's."""
+        return client_names(text, self.renamed)
+
     def call_item(
         self, call_id: str, chat_name: str, arguments: str, *, item_id: str, status: str = "completed"
     ) -> dict[str, Any]:
@@ -133,6 +157,47 @@ class ToolMap:
         if tool.namespace is not None:
             item["namespace"] = tool.namespace
         return item
+
+
+def client_names(text: str, renamed: Mapping[str, str]) -> str:
+    """`text` with each whole run of name characters that is a key of `renamed` replaced by its value."""
+    if not renamed or not any(chat in text for chat in renamed):
+        return text
+    return _WORD.sub(lambda m: renamed.get(m.group(0), m.group(0)), text)
+
+
+class ClientText:
+    """A chat tier's streamed text as the client reads it (`ToolMap.client_text`, delta by delta).
+
+    A generated name can arrive split over deltas ("clock_" + "_sleep"), so the run of name characters
+    a delta ends with is held while it could still become one (at most `MAX_NAME` characters), and goes
+    out with the next delta or `flush()`: text that cannot be a name is never delayed."""
+
+    __slots__ = ("_held", "renamed")
+
+    def __init__(self, tools: ToolMap) -> None:
+        self.renamed = tools.renamed
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        """What of the text so far may be sent: all of it but a trailing name in the making."""
+        if not self.renamed:
+            return text
+        text = self._held + text
+        start, stop = len(text), max(0, len(text) - MAX_NAME - 1)
+        while start > stop and text[start - 1] in _NAME_CHARS:
+            start -= 1
+        tail = text[start:]
+        if not tail or (start > 0 and text[start - 1] in _NAME_CHARS):  # no run, or one too long to be a name
+            self._held = ""
+            return client_names(text, self.renamed)
+        self._held = tail if any(chat.startswith(tail) for chat in self.renamed) else ""
+        return client_names(text[: len(text) - len(self._held)], self.renamed)
+
+    def flush(self) -> str:
+        """The text held back, now that no more follows."""
+        held, self._held = self._held, ""
+        return client_names(held, self.renamed)
 
 
 def flat_name(namespace: str | None, name: str) -> str:

@@ -6,7 +6,7 @@ environment of its own (nothing of the caller's, telemetry off) and a bounded ti
 
 Stack      the fake (finishes a tool loop after one result, steered to a harmless tool), the router in
            front of it, and what the router answered: HTTP statuses and WebSocket `error` events
-run_cli()  one CLI run → (exit code, stdout, stderr); killed after `CLI_TIMEOUT` seconds
+run_cli()  one CLI run → (exit code, stdout, stderr); killed after `CLI_TIMEOUT` seconds (or its `bound`)
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     return {**env, **QUIET, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), **extra}
 
 
-async def run_cli(argv: list[str], cwd: Path, env: dict[str, str], limit: float = CLI_TIMEOUT) -> tuple[int, str, str]:
+async def run_cli(argv: list[str], cwd: Path, env: dict[str, str], bound: float = CLI_TIMEOUT) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
@@ -129,12 +129,12 @@ async def run_cli(argv: list[str], cwd: Path, env: dict[str, str], limit: float 
         start_new_session=True,  # its children go with it on a timeout
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), limit)
+        out, err = await asyncio.wait_for(proc.communicate(), bound)
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 9)
         out, err = await proc.communicate()
-        pytest.fail(f"{Path(argv[0]).name} did not finish within {limit}s:\n{err.decode()[-3000:]}")
+        pytest.fail(f"{Path(argv[0]).name} did not finish within {bound}s:\n{err.decode()[-3000:]}")
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 

@@ -90,14 +90,14 @@ def reset(work: Path) -> None:
 async def claude(base: str, home: Path, work: Path, task: str) -> tuple[int, str, str]:
     env = clean_env(home, ANTHROPIC_BASE_URL=base, ANTHROPIC_API_KEY="sk-ant-local")
     argv = [str(cli("claude")), "-p", task, "--output-format", "json", "--dangerously-skip-permissions"]
-    return await run_cli(argv, work, env, limit=RUN_TIMEOUT)
+    return await run_cli(argv, work, env, bound=RUN_TIMEOUT)
 
 
 async def codex(base: str, home: Path, work: Path, task: str, *, websockets: bool) -> tuple[int, str, str]:
     config = codex_home(home, base, websockets=websockets)
     env = clean_env(home, CODEX_HOME=str(config), ROUTER_API_KEY="local")
     argv = [str(cli("codex")), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", task]
-    return await run_cli(argv, work, env, limit=RUN_TIMEOUT)
+    return await run_cli(argv, work, env, bound=RUN_TIMEOUT)
 
 
 async def test_claude_code_reads_a_file_and_answers(local_up: str, workspace: tuple[Path, Path]) -> None:

@@ -124,7 +124,7 @@ async def test_a_prompt_too_long_for_every_tier_is_the_clients_context_error(tmp
     assert (error.prompt_tokens, error.window) == (5000, 8000)  # as full counted it, and full's window
     assert error.anthropic_message == "prompt is too long: 5000 tokens > 8000 maximum"
     assert error.to_body()["error"]["type"] == "invalid_request_error"
-    assert error.routed == {"tier": "full", "route": "simple-tool-call", "escalated": "true"}
+    assert (error.trace.tier, error.trace.route, error.trace.escalated) == ("full", "simple-tool-call", True)
     assert refused == 1
 
 

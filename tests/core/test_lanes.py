@@ -67,6 +67,10 @@ def test_lane_view_swaps_every_reference_to_a_tier() -> None:
     assert [r.use for r in view.routes] == ["fast", "full-fast"]
     assert view.escalation.to == "full-fast"
     assert [r.use for r in policy.routes] == ["fast", "full"]  # the policy itself is untouched
+    text = lane_policy_text("http://127.0.0.1:9/v1").replace("{to: full}", "{to: full, repeat: {tier: full}}")
+    policy = parse_policy(text, "p.yaml")
+    view = lane_policy(policy, policy.lanes["fast"])
+    assert view.escalation.repeat is not None and view.escalation.repeat.tier == "full-fast"
 
 
 @pytest.mark.parametrize(

@@ -614,3 +614,21 @@ async def test_without_a_context_the_fake_has_no_llama_server_endpoints(make_fak
             assert "meta" not in (await r.json())["data"][0]
     long = [{"role": "user", "content": "word " * 10_000}]
     assert (await client(fake).chat.completions.create(model="m", messages=long)).choices  # no limit
+
+
+async def test_greedy_answers_are_a_function_of_the_request_unless_it_samples(make_fake: Factory) -> None:
+    """`greedy`: the same request, the same answer (its breakage included), as a greedy model's; a
+    request that asks for a temperature above 0 is a sample of the fake's sequence."""
+    fake = await make_fake(seed=5, bad_tool_rate=0.5, greedy=True)
+    questions = [{"model": "m", "messages": [{"role": "user", "content": f"q{n}"}], "tools": TOOLS} for n in range(40)]
+    async with aiohttp.ClientSession() as session:
+        first = [await post(session, fake, body) for body in questions]
+        again = [await post(session, fake, body) for body in reversed(questions)]
+        sampled = [await post(session, fake, {**questions[0], "temperature": 0.7}) for _ in range(8)]
+    def said(answers: list[Any]) -> list[Any]:  # `created` is the clock's
+        return [(answer["id"], answer["choices"], defect) for answer, defect in answers]
+
+    assert said(again[::-1]) == said(first)  # in any order
+    defects = [defect for _, defect in first]
+    assert any(defects) and not all(defects)  # the rate still applies across requests
+    assert len({answer["id"] for answer, _ in sampled}) == 8  # samples differ

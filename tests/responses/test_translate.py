@@ -464,3 +464,41 @@ def test_a_native_tiers_namespaced_and_freeform_calls_are_checked_by_their_chat_
     assert deltas[0]["tool_calls"][0]["function"]["name"] == "functions__exec"
     arguments = "".join(d["tool_calls"][0]["function"]["arguments"] for d in deltas)
     assert orjson.loads(arguments) == {"input": 'say("hi")'}
+
+
+NAMESPACED = [
+    {"type": "namespace", "name": "functions", "tools": [EXEC, WAIT]},
+    {"type": "namespace", "name": "clock", "tools": [{"type": "function", "name": "sleep"}]},
+    {"type": "function", "name": "get_weather"},
+]
+
+
+def test_text_names_a_namespaced_tool_as_the_client_does_even_split_over_deltas() -> None:
+    """A chat tier knows `clock.sleep` as `clock__sleep` and may say so in its text: the client reads
+    its own name, however the name was split over deltas, and text that only looks like one is kept."""
+    tools = ToolMap.of(NAMESPACED)
+    assert tools.renamed == {"functions__exec": "functions.exec", "functions__wait": "functions.wait",
+                             "clock__sleep": "clock.sleep"}  # fmt: skip
+    b = EventBuilder({"model": "auto"}, "resp_1", 0, tools)
+    events = b.start()
+    for delta in ("I will call clock_", "_sleep, then functions", "__exec (not clock__sleepy", ") and get_weather: ",
+                  "clock__sl"):  # fmt: skip
+        events += b.feed(chunk({"content": delta}))
+    events += b.feed(chunk({}, "stop"))
+    events += b.finish()
+    deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+    expected = "I will call clock.sleep, then functions.exec (not clock__sleepy) and get_weather: clock__sl"
+    assert "".join(deltas) == expected  # a name that never completed goes out as it was written
+    assert not any("clock__sleep," in d or "functions__exec" in d for d in deltas)
+    [done] = [e for e in events if e["type"] == "response.output_text.done"]
+    assert done["text"] == expected and events[-1]["response"]["output"][0]["content"][0]["text"] == expected
+    # a whole answer (JSON), and the text before a call, the same way
+    [item] = output_items({"role": "assistant", "content": "Calling functions__wait now."}, tools=tools)
+    assert item["content"][0]["text"] == "Calling functions.wait now."
+    b = EventBuilder({"model": "auto"}, "resp_2", 0, tools)
+    events = b.start() + b.feed(chunk({"content": "Now functions__"}))
+    call = {"index": 0, "id": "c1", "type": "function", "function": {"name": "functions__wait", "arguments": "{}"}}
+    events += b.feed(chunk({"tool_calls": [call]}, "tool_calls")) + b.finish()
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert text == "Now functions__"  # held for what followed, which was a call: no name came of it
+    assert [o["type"] for o in events[-1]["response"]["output"]] == ["message", "function_call"]

@@ -1,0 +1,143 @@
+"""Requests whose every attempt failed the checks, remembered so that a repeat is not run the same way.
+
+An agent retries the router's retryable `checks_failed` error with the very same request. Run the
+same way again, a greedy tier fails it the same way, each retry costing up to `max_attempts` upstream
+calls for nothing. So the router remembers such a request by a digest of what its tiers are asked
+(the call's chat body after its lane, keys sorted, without the fields that do not change a greedy
+answer: `stream`, `stream_options`, `max_tokens`, `max_completion_tokens` — Claude Code retries a
+failed stream unstreamed, with a smaller `max_tokens`), and runs a repeat of it as the policy's
+`escalation.repeat` says (router/policy/model.py; `Trace` applies it, router/core/escalation.py):
+
+    repeats 1 .. resample   resampled: every attempt on `repeat.tier` (default: the escalation chain's
+                            last tier), at `repeat.temperature`, without the client's `seed`
+    the next one            refused at once, no upstream call: a non-retryable `checks_failed`; the
+                            error of the last resampled run is already non-retryable, so a client
+                            that honours `x-should-retry` does not come back
+
+A run that passes forgets the request. Bounded: at most `repeat_max_entries` requests (the least
+recently failed dropped first), each forgotten `repeat_ttl` seconds after its last failed run
+(router/settings.py). A call computes the digest only while a remembered request has its shape
+(model, prompt size, tools, messages): with nothing remembered, a call costs one truth test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from router.core.call import Call
+
+Shape = tuple[str, int, tuple[str, ...], str | None, int]
+# fields of a request that do not change what a greedy tier answers: a repeat may differ in them
+NOT_ASKED = frozenset({"stream", "stream_options", "max_tokens", "max_completion_tokens"})
+
+
+@dataclass(slots=True)
+class Seen:
+    """What the memory says of one call: its digest once computed, and how many runs of the same
+    request failed every attempt in a row before it (0: none remembered, not a repeat)."""
+
+    call: Call  # as the client sent it (a resampled run's own body differs)
+    key: bytes | None = None
+    runs: int = 0
+
+
+@dataclass(slots=True)
+class _Entry:
+    runs: int
+    at: float  # when its last run failed (clock seconds)
+    shape: Shape = field(compare=False)
+
+
+def shape_of(call: Call) -> Shape:
+    """What a repeat must share with the request it repeats, read from its parsed features (no encoding)."""
+    f = call.features
+    messages = call.body.get("messages")
+    return f.model, f.prompt_tokens, f.tool_names, f.last_role, len(messages) if isinstance(messages, list) else 0
+
+
+def digest(call: Call) -> bytes:
+    """The request as its tiers are asked it: its chat body without the `NOT_ASKED` fields, keys sorted."""
+    body = {k: v for k, v in call.body.items() if k not in NOT_ASKED}
+    return hashlib.blake2b(orjson.dumps(body, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
+
+
+class Repeats:
+    """Exhausted requests by digest → runs that failed in a row (bounded LRU with a TTL)."""
+
+    def __init__(self, max_entries: int, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_entries = max_entries
+        self.ttl = ttl
+        self.clock = clock
+        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()  # least recently failed first
+        self._shapes: Counter[Shape] = Counter()  # shapes of the remembered requests
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def seen(self, call: Call) -> Seen:
+        """How many runs of `call`'s request failed every attempt in a row (0: not a repeat)."""
+        if not self._entries:
+            return Seen(call)
+        self._expire()
+        if shape_of(call) not in self._shapes:
+            return Seen(call)
+        key = digest(call)
+        entry = self._entries.get(key)
+        return Seen(call, key, entry.runs if entry is not None else 0)
+
+    def exhausted(self, seen: Seen) -> int:
+        """Another run of the request failed every attempt: how many have, in a row, now."""
+        if seen.key is None:
+            seen.key = digest(seen.call)
+        entry = self._entries.pop(seen.key, None)
+        if entry is None:
+            entry = _Entry(0, 0.0, shape_of(seen.call))
+            self._shapes[entry.shape] += 1
+        entry.runs += 1
+        entry.at = self.clock()
+        self._entries[seen.key] = entry
+        while len(self._entries) > self.max_entries:
+            self._drop(next(iter(self._entries)))
+        return entry.runs
+
+    def answered(self, seen: Seen) -> None:
+        """A run of the request passed: it is forgotten."""
+        if seen.key is not None and seen.key in self._entries:
+            self._drop(seen.key)
+
+    def _expire(self) -> None:
+        oldest = self.clock() - self.ttl
+        while self._entries:
+            key, entry = next(iter(self._entries.items()))
+            if entry.at > oldest:
+                return
+            self._drop(key)
+
+    def _drop(self, key: bytes) -> None:
+        entry = self._entries.pop(key)
+        self._shapes[entry.shape] -= 1
+        if self._shapes[entry.shape] <= 0:
+            del self._shapes[entry.shape]
+
+
+def resampled(call: Call, temperature: float) -> Call:
+    """`call` as a resampled run sends it: `temperature` set and the client's `seed` dropped, in the chat
+    body and in the request a tier of the client's own API takes (a tier's `params` still win)."""
+
+    def body_of(body: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in body.items() if k != "seed"}
+        out["temperature"] = temperature
+        return out
+
+    native = call.native
+    if native is not None:
+        native = dataclasses.replace(native, body=body_of(native.body))
+    return dataclasses.replace(call, body=body_of(call.body), native=native)

@@ -1,0 +1,170 @@
+"""A request whose every attempt failed the checks is not run the same way again (router/core/repeats.py,
+the policy's `escalation.repeat`): its repeats are resampled on the strongest tier, then refused at once.
+The memory itself (bounded, with a TTL), then the rule through the pipeline with scripted tiers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from router.api.headers import error_headers, router_headers, summary
+from router.core import pipeline
+from router.core.call import Call, chat_call
+from router.core.repeats import Repeats, digest, resampled
+from router.errors import ChecksFailed, ChecksFailedRepeatedly
+from router.policy.loader import PolicyError, parse_policy
+from tests.conftest import policy_text
+from tests.core.test_pipeline import ask
+from tests.scripted import UNUSED, WEATHER, Scripted, call, started, text
+
+BAD = call("get_weather", '{"town": "Paris"}')  # schema_violation
+GOOD = call("get_weather", '{"city": "Paris"}')
+
+
+def policy(repeat: str = "") -> str:
+    escalation = "{to: full, max_attempts: 2" + (f", repeat: {repeat}" if repeat else "") + "}"
+    return policy_text(UNUSED, extra=f"escalation: {escalation}\n")
+
+
+def counted(router: Any, outcome: str, route: str = "simple-tool-call") -> float:
+    return router.metrics.repeats.labels(route, outcome)._value.get()  # type: ignore[no-any-return]
+
+
+# -- the memory ------------------------------------------------------------------------------------
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def asked(content: str, **fields: Any) -> Call:
+    body = {"model": "auto", "messages": [{"role": "user", "content": content}], "tools": [WEATHER], **fields}
+    return chat_call(orjson.dumps(body), {})
+
+
+def test_a_request_counts_its_exhausted_runs_in_a_row_until_one_passes() -> None:
+    repeats = Repeats(8, 60.0)
+    first = repeats.seen(asked("weather?"))
+    assert first.runs == 0 and first.key is None  # nothing remembered: no digest computed
+    assert repeats.exhausted(first) == 1
+    again = repeats.seen(asked("weather?"))
+    assert again.runs == 1 and again.key == digest(asked("weather?"))
+    assert repeats.exhausted(again) == 2
+    assert repeats.seen(asked("weather in Oslo?")).runs == 0  # another request
+    assert repeats.seen(asked("weather?", temperature=0.2)).runs == 0  # another body: another request
+    # a greedy tier answers the same streamed or not, whatever the output limit: the same request
+    assert repeats.seen(asked("weather?", stream=True, max_tokens=64)).runs == 2
+    repeats.answered(repeats.seen(asked("weather?")))
+    assert repeats.seen(asked("weather?")).runs == 0 and len(repeats) == 0
+
+
+def test_the_memory_is_bounded_and_forgets_after_its_ttl() -> None:
+    clock = Clock()
+    repeats = Repeats(2, 60.0, clock)
+    for n in range(3):
+        repeats.exhausted(repeats.seen(asked(f"question {n}")))
+        clock.now += 1
+    assert len(repeats) == 2 and repeats.seen(asked("question 0")).runs == 0  # the least recent went first
+    assert repeats.seen(asked("question 2")).runs == 1
+    clock.now += 58
+    assert repeats.seen(asked("question 1")).runs == 0  # failed 60 s ago: forgotten
+    assert repeats.seen(asked("question 2")).runs == 1
+    clock.now += 1
+    assert repeats.seen(asked("question 2")).runs == 0 and len(repeats) == 0
+
+
+def test_a_resampled_call_has_the_temperature_and_not_the_clients_seed() -> None:
+    call_ = asked("weather?", seed=7, temperature=0)
+    again = resampled(call_, 0.7)
+    assert again.body["temperature"] == 0.7 and "seed" not in again.body
+    assert call_.body["seed"] == 7 and call_.body["temperature"] == 0  # the client's request is untouched
+
+
+# -- the rule, through the pipeline ----------------------------------------------------------------
+async def test_a_repeat_is_resampled_on_the_strongest_tier_and_forgotten_once_it_passes(tmp_path: Path) -> None:
+    fast, full = Scripted("fast", [BAD, GOOD]), Scripted("full", [BAD, GOOD])
+    async with started(policy(), tmp_path, fast=fast, full=full) as router:
+        with pytest.raises(ChecksFailed) as first:
+            await pipeline.complete(router, ask("weather?", tools=True))
+        assert first.value.should_retry and "run again resampled" in first.value.message
+        assert first.value.trace is not None and router_headers(first.value.trace)["x-router-exhausted"] == "true"
+        trace, reply = await pipeline.complete(router, ask("weather?", tools=True))  # the agent's retry
+        assert trace.repeat == "resampled" and trace.tried == ["full"] and reply.data["model"] == "full"
+        assert router_headers(trace)["x-router-repeat"] == "resampled"
+        assert orjson.loads(summary(trace))["repeat"] == "resampled"
+        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))  # passed: forgotten
+        assert trace.repeat is None and trace.tried == ["fast"]
+        assert (counted(router, "resampled"), counted(router, "answered"), counted(router, "refused")) == (1, 1, 0)
+    assert [("temperature" in b, "seed" in b) for b in fast.bodies] == [(False, False), (False, False)]
+    assert full.bodies[0].get("temperature") is None  # the first run's escalation: as the client asked
+    assert full.bodies[1]["temperature"] == 0.7  # the repeat: sampled
+
+
+async def test_a_resampled_run_keeps_to_its_tier_and_the_last_one_tells_the_client_to_stop(tmp_path: Path) -> None:
+    fast, full = Scripted("fast", [BAD]), Scripted("full", [BAD, BAD, BAD])
+    async with started(policy("{resample: 1}"), tmp_path, fast=fast, full=full) as router:
+        with pytest.raises(ChecksFailed):
+            await pipeline.complete(router, ask("weather?", tools=True))
+        with pytest.raises(ChecksFailedRepeatedly) as last:
+            await pipeline.complete(router, ask("weather?", tools=True))
+        assert not last.value.should_retry and "in each of its last 2 runs" in last.value.message
+        assert last.value.trace.tried == ["full", "full"]  # both attempts on the resample tier, sampled
+        with pytest.raises(ChecksFailedRepeatedly) as refused:
+            await pipeline.complete(router, ask("weather?", tools=True))
+        headers = error_headers(refused.value)
+        assert headers["x-router-repeat"] == "refused" and headers["x-should-retry"] == "false"
+        assert headers["x-router-route"] == "simple-tool-call" and "x-router-exhausted" not in headers
+        assert counted(router, "refused") == 1 and counted(router, "answered") == 0
+    assert len(fast.bodies) == 1 and len(full.bodies) == 3  # the refused repeat called no tier
+    assert [b.get("temperature") for b in full.bodies] == [None, 0.7, 0.7]
+
+
+async def test_resample_zero_refuses_the_first_repeat_and_null_runs_repeats_as_they_come(tmp_path: Path) -> None:
+    fast, full = Scripted("fast", [BAD]), Scripted("full", [BAD])
+    async with started(policy("{resample: 0}"), tmp_path, fast=fast, full=full) as router:
+        with pytest.raises(ChecksFailedRepeatedly):  # no repeat would run: not retryable at once
+            await pipeline.complete(router, ask("weather?", tools=True))
+        with pytest.raises(ChecksFailedRepeatedly) as refused:
+            await pipeline.complete(router, ask("weather?", tools=True))
+        assert refused.value.trace.tried == []
+    fast, full = Scripted("fast", [BAD, BAD]), Scripted("full", [BAD, BAD])
+    async with started(policy("null"), tmp_path, fast=fast, full=full) as router:
+        for _ in range(2):
+            with pytest.raises(ChecksFailed) as failed:
+                await pipeline.complete(router, ask("weather?", tools=True))
+            assert failed.value.should_retry and failed.value.trace.repeat is None
+        assert len(router.repeats) == 0
+    assert [b.get("temperature") for b in fast.bodies + full.bodies] == [None] * 4
+
+
+async def test_the_repeat_tier_is_the_policys_own(tmp_path: Path) -> None:
+    yaml = policy("{tier: fast}")
+    fast, full = Scripted("fast", [BAD, GOOD]), Scripted("full", [BAD])
+    async with started(yaml, tmp_path, fast=fast, full=full) as router:
+        with pytest.raises(ChecksFailed):
+            await pipeline.complete(router, ask("weather?", tools=True))
+        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
+    assert trace.tried == ["fast"] and fast.bodies[1]["temperature"] == 0.7
+    with pytest.raises(PolicyError) as bad:
+        parse_policy(policy("{tier: nowhere}"), "p.yaml", {})
+    assert any("escalation.repeat.tier" in e and "unknown tier 'nowhere'" in e for e in bad.value.errors)
+
+
+async def test_a_streams_error_after_its_text_says_the_text_was_all_it_got(tmp_path: Path) -> None:
+    announced = text("I will call get_weather now.")  # missing_tool_call, its text streamed as it came
+    fast, full = Scripted("fast", [announced]), Scripted("full", [announced])
+    async with started(policy(), tmp_path, fast=fast, full=full) as router:
+        trace, chunks = await pipeline.stream(router, ask("weather?", tools=True, stream=True))
+        got: list[dict[str, Any]] = []
+        with pytest.raises(ChecksFailed) as failed:
+            async for chunk in chunks:
+                got.append(chunk.data)
+    sent = "".join(c["choices"][0]["delta"].get("content") or "" for c in got if c.get("choices"))
+    assert sent.startswith("I will call get_weather now.") and trace.streamed
+    message = failed.value.message
+    assert "only the text already streamed" in message and "nothing was delivered" not in message
