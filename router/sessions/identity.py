@@ -6,7 +6,7 @@ Per client API, the conversation is named by, in order:
 
     x-session-id header                 any client that sets it
     x-claude-code-session-id header     Claude Code (its `metadata.user_id` carries the same id)
-    metadata.user_id ... session_<id>   Claude Code through the Anthropic SDK, older versions
+    metadata.user_id                    Claude Code: a JSON object's `session_id` (2.1), else `..._session_<id>`
     session_id / conversation_id header Codex CLI (and `prompt_cache_key`, the same conversation id)
     prompt_cache_key                    OpenAI clients that name their cache key (Responses, chat)
     previous_response_id                a Responses chain without any of the above (`resp:<id>`)
@@ -23,6 +23,7 @@ computed only when a tier asks for it (a tier with `sessions.slots`), never on o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from collections.abc import Mapping
@@ -90,17 +91,30 @@ def conversation_of(body: Mapping[str, Any], headers: Mapping[str, str]) -> str:
             return f"client:{value[:_MAX_ID]}"
     metadata = body.get("metadata")
     user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
-    if isinstance(user_id, str) and (found := _CLAUDE_USER_SESSION.search(user_id)):
-        return f"client:{found.group(1)}"
+    if isinstance(user_id, str) and (found := _claude_session(user_id)):
+        return f"client:{found}"
     if isinstance(key := body.get("prompt_cache_key"), str) and key:
         return f"client:{key[:_MAX_ID]}"
     if isinstance(prev := body.get("previous_response_id"), str) and prev:
         return f"resp:{prev}"
     if isinstance(user := body.get("user"), str) and user:
-        if found := _CLAUDE_USER_SESSION.search(user):  # Claude Code's user_id, as the Messages translation maps it
-            return f"client:{found.group(1)}"
+        if found := _claude_session(user):  # Claude Code's user_id, as the Messages translation maps it
+            return f"client:{found}"
         return f"user:{user[:_MAX_ID]}"
     return "h:" + _opening(body)
+
+
+def _claude_session(user_id: str) -> str | None:
+    """The session in Claude Code's `metadata.user_id`: a JSON object's `session_id` (2.1), else a
+    `..._session_<id>` suffix (earlier versions)."""
+    if user_id.startswith("{"):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            found = orjson.loads(user_id)
+            sid = found.get("session_id") if isinstance(found, dict) else None
+            return sid[:_MAX_ID] if isinstance(sid, str) and sid else None
+        return None
+    match = _CLAUDE_USER_SESSION.search(user_id)
+    return match.group(1) if match else None
 
 
 def _opening(body: Mapping[str, Any]) -> str:

@@ -89,7 +89,7 @@ def reset(work: Path) -> None:
 
 async def claude(base: str, home: Path, work: Path, task: str) -> tuple[int, str, str]:
     env = clean_env(home, ANTHROPIC_BASE_URL=base, ANTHROPIC_API_KEY="sk-ant-local")
-    argv = [str(cli("claude")), "-p", task, "--output-format", "json", "--dangerously-skip-permissions"]
+    argv = [str(cli("claude")), "-p", task, "--output-format", "json", "--permission-mode", "acceptEdits"]
     return await run_cli(argv, work, env, bound=RUN_TIMEOUT)
 
 

@@ -28,6 +28,10 @@ def test_claude_code_names_its_session_in_a_header_and_in_metadata() -> None:
     assert session_of(body(ASK), {}, request=request).id == "client:0f3c2d1e-aaaa-bbbb-cccc-1234567890ab"
     # the Messages translation maps metadata.user_id to `user`: the same session either way
     assert session_of(body(ASK, user=user_id), {}).id == "client:0f3c2d1e-aaaa-bbbb-cccc-1234567890ab"
+    as_json = '{"device_id":"d1","account_uuid":"","session_id":"2d5af098-aa7c"}'  # Claude Code 2.1
+    assert session_of(body(ASK, user=as_json), {}).id == "client:2d5af098-aa7c"
+    no_session = '{"device_id":"d1"}'
+    assert session_of(body(ASK, user=no_session), {}).id == "user:" + no_session
 
 
 def test_codex_names_its_conversation_by_header_or_cache_key() -> None:
