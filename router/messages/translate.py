@@ -150,15 +150,8 @@ def _messages(request: Mapping[str, Any], failed: set[str]) -> list[dict[str, An
         param = f"messages.{i}"
         if not isinstance(m, dict):
             raise _bad(f"{param}: Input should be a valid dictionary", param)
-        if m.get("role") == "system":  # a mid-conversation system turn: a system message in its place,
-            turn = {"role": "system", "content": _text_of(m.get("content"), f"{param}.content")}
-            # but before the user's message it follows: a chat model reads the user's words last (a
-            # small one answered from the system turn otherwise); the same rule on every turn, so
-            # what a tier saw last turn still opens the next one
-            if out and out[-1]["role"] == "user":
-                out.insert(len(out) - 1, turn)
-            else:
-                out.append(turn)
+        if m.get("role") == "system":  # a mid-conversation system turn: a system message in its place
+            out.append({"role": "system", "content": _text_of(m.get("content"), f"{param}.content")})
             continue
         if m.get("role") not in ("user", "assistant"):
             raise _bad(f"{param}.role: Input should be 'user', 'assistant' or 'system'", f"{param}.role")

