@@ -29,14 +29,17 @@ def write(out: Path, prompt: str) -> None:
              f"≤ {EVALUATED_OVER_NEW} times the turn's new tokens; time to first token ≤ {TTFT_FAST:.0f} s on fast, "
              f"≤ {TTFT_FULL:.0f} s on a turn that lands on full.", "",
              "| configuration | cold turn 1: TTFT s | later turns on fast: TTFT s (max) | turns on full: TTFT s (max) "
-             "| evaluated ÷ new, later turns (max) | wall s |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "| evaluated ÷ new, later turns (max) | wall s | RSS MiB fast / full |",
+             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for s in sessions:
         later = s["turns"][1:]
         fast = [t["ttft"] for t in later if t["tier"] == "fast"]
         full = [t["ttft"] for t in later if t["tier"] == "full"]
         ratio = max((t["evaluated"] / t["new"] for t in later if t["new"] > 0), default=0.0)
+        rss = s.get("rss_mib") or {}
         lines.append(f"| {s['config']} | {s['turns'][0]['ttft']:.1f} | {max(fast, default=0):.1f} | "
-                     f"{max(full, default=0):.1f} | {ratio:.2f} | {s['wall']:.0f} |")  # fmt: skip
+                     f"{max(full, default=0):.1f} | {ratio:.2f} | {s['wall']:.0f} | "
+                     f"{rss.get('fast', 0)} / {rss.get('full', 0)} |")  # fmt: skip
     for s in sessions:
         head = "| turn | tier | TTFT s | total s | evaluated | reused | new |"
         lines += ["", f"## {s['config']}: {s['what']}", "", head, "|---:|---|---:|---:|---:|---:|---:|"]

@@ -67,6 +67,7 @@ class Session:
     what: str
     turns: list[Turn] = field(default_factory=list)
     wall: float = 0.0
+    rss_mib: dict[str, int] = field(default_factory=dict)  # each server's resident memory after the session
 
 
 def _port() -> int:
@@ -157,6 +158,16 @@ def _start(config: Config, logs: Path) -> tuple[list[Child], str]:
     return children, f"http://127.0.0.1:{ports[0]}"
 
 
+def _rss_mib(child: Child) -> int:
+    """A server's resident memory (VmRSS), MiB; 0 when it is gone."""
+    try:
+        status = Path(f"/proc/{child.process.pid if child.process else 0}/status").read_text()
+    except OSError:
+        return 0
+    kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return kib // 1024
+
+
 app = typer.Typer(add_completion=False, help=__doc__)
 
 
@@ -188,6 +199,7 @@ def run(
             children, base = _start(CONFIGS[name], OUT / "logs" / name)
             try:
                 result = asyncio.run(session(CONFIGS[name], captured, turns, base))
+                result.rss_mib = {c.name: _rss_mib(c) for c in children[:2]}
             finally:
                 for child in reversed(children):
                     child.stop()

@@ -42,19 +42,21 @@ models:
   fast:
     model: openai/qwen2.5-coder-0.5b
     api_base: http://127.0.0.1:{fast}/v1
+    timeouts: {{first_token: 600.0, total: 900.0}}  # a cold agent prompt is read for minutes on one core
     params: {{temperature: 0}}
     defaults: {{tool_choice: auto}}
     sessions: {{slots: 3, side_slots: 1, warm: true}}
   full:
     model: openai/qwen2.5-coder-0.5b
     api_base: http://127.0.0.1:{full}/v1
+    timeouts: {{first_token: 600.0, total: 900.0}}  # a cold agent prompt is read for minutes on one core
     params: {{temperature: 0}}
     defaults: {{tool_choice: auto}}
     sessions: {{slots: 3, side_slots: 1, warm: true}}
 routes:
   - {{name: tool-call, when: {{tools: {{present: true}}}}, use: fast, salvage: false}}
   - {{name: default, use: full}}
-escalation: {{to: full, on: []}}
+escalation: {{to: full, on: [], deadline: 1200.0}}
 """
 RESULT = "\n".join(f"line {i}: the router sits between agents and their models" for i in range(20))
 
