@@ -49,9 +49,10 @@ def turn(scope: Scope, status: int, trace: Trace | None, started: float) -> None
     if scope.get(_SEEN) is None:
         return
     tier, route, escalated = (trace.tier, trace.route, str(trace.escalated).lower()) if trace else ("-", "-", "-")
+    prompt = prompt_tokens(trace) if trace and (trace.prompt_evaluated or trace.prompt_reused) else _NO_PROMPT
     log.info(
-        "WS %s %s tier=%s route=%s escalated=%s %.1fms",  # the middleware's line, for one turn
-        scope.get("path", ""), status, tier, route, escalated, (time.perf_counter() - started) * 1000,
+        "WS %s %s tier=%s route=%s escalated=%s %s %.1fms",  # the middleware's line, for one turn
+        scope.get("path", ""), status, tier, route, escalated, prompt, (time.perf_counter() - started) * 1000,
     )  # fmt: skip
 
 

@@ -206,19 +206,15 @@ async def test_a_named_tool_choice_forces_that_call_on_llama_server(
     _, sdk = session_proxy
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is in the docs folder?"}]
     first = await turn(sdk, messages, tools=TOOLS)
-    for stream in (False, True):
-        choice = {"type": "function", "function": {"name": "list_files"}}
-        raw = await sdk.chat.completions.with_raw_response.create(
-            model="fast", messages=messages, tools=TOOLS, tool_choice=choice, max_tokens=96, stream=stream,  # type: ignore[arg-type]
-            extra_headers={"x-session-id": "agent-1"},
-        )  # fmt: skip
-        if stream:
-            chunks = [c async for c in await raw.parse()]
-            calls = [tc for c in chunks for ch in c.choices for tc in ch.delta.tool_calls or []]
-            name, arguments = calls[0].function.name, "".join(tc.function.arguments or "" for tc in calls)
-        else:
-            [call] = raw.parse().choices[0].message.tool_calls or []
-            name, arguments = call.function.name, call.function.arguments
-            evaluated, reused = counts(raw.headers)
-            assert reused >= sum(counts(first.headers)) - 2 and evaluated < 20, (evaluated, reused)
-        assert name == "list_files" and isinstance(orjson.loads(arguments)["dir"], str)
+    choice = {"type": "function", "function": {"name": "list_files"}}
+    options: dict[str, Any] = {"model": "fast", "messages": messages, "tools": TOOLS, "tool_choice": choice,
+                               "max_tokens": 96, "extra_headers": {"x-session-id": "agent-1"}}  # fmt: skip
+    raw = await sdk.chat.completions.with_raw_response.create(**options)
+    [call] = raw.parse().choices[0].message.tool_calls or []
+    assert call.function.name == "list_files" and isinstance(orjson.loads(call.function.arguments)["dir"], str)
+    evaluated, reused = counts(raw.headers)
+    assert reused >= sum(counts(first.headers)) - 2 and evaluated < 20, (evaluated, reused)
+    stream = await sdk.chat.completions.create(**options, stream=True)
+    calls = [tc for chunk in [c async for c in stream] for ch in chunk.choices for tc in ch.delta.tool_calls or []]
+    assert calls[0].function and calls[0].function.name == "list_files"
+    assert isinstance(orjson.loads("".join(tc.function.arguments or "" for tc in calls if tc.function))["dir"], str)
