@@ -95,10 +95,20 @@ class OpenAICompatUpstream(PooledHTTP):
         finally:
             lease.release()
 
-    async def stream(
-        self, body: dict[str, Any], deadline: float, session: Session | None = None
-    ) -> AsyncIterator[Chunk]:
+    def stream(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
+        if self.affinity.slots or (self.llama_cpp and llama_cpp.named_choice(body) is not None):
+            return self._held_stream(body, deadline, session)
         heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
+        url = self.urls[self.affinity.place(session).replica]  # no slot: nothing is held, no wrapper per chunk
+        return self.post_events(
+            url, self._payload(body, True), deadline, lambda r: _without_repeated_heads(self._chunk(r), heads)
+        )
+
+    async def _held_stream(
+        self, body: dict[str, Any], deadline: float, session: Session | None
+    ) -> AsyncIterator[Chunk]:
+        """A stream in a slot (held until it ends), or a forced call's chunks."""
+        heads: dict[int, str] = {}
         lease = self.affinity.place(session)
         try:
             if self.llama_cpp and (name := llama_cpp.named_choice(body)) is not None:
