@@ -14,23 +14,28 @@ from tests.store.conftest import StoreFactory
 
 pytestmark = pytest.mark.redis
 
-EVENTS = [
-    *[Event("fast", "simple")] * 4,
-    *[Event("fast", "simple", tool="read_file")] * 2,
-    Event("fast", "simple", tool="read_file", kind="invalid_json"),
-    Event("fast", "simple", kind=MISTAKEN),
-    Event("fast", "simple", tool="read_file", kind=MISTAKEN),
-    Event("fast", "simple", kind="missing_tool_call"),
-    Event("fast", "simple", kind=MISTAKEN),
-    *[Event("full", "default")] * 2,
-    Event("full", "default", tool="write_file"),
-]
+
+def events() -> list[Event]:
+    """The events the stats are checked against, stamped now (not when the module was collected)."""
+    return [
+        *[Event("fast", "simple")] * 4,
+        *[Event("fast", "simple", tool="read_file")] * 2,
+        Event("fast", "simple", tool="read_file", kind="invalid_json"),
+        Event("fast", "simple", kind=MISTAKEN),
+        Event("fast", "simple", tool="read_file", kind=MISTAKEN),
+        Event("fast", "simple", kind="missing_tool_call"),
+        Event("fast", "simple", kind=MISTAKEN),
+        *[Event("full", "default")] * 2,
+        Event("full", "default", tool="write_file"),
+    ]
+
+
 MISTAKES = {"invalid_json": 1, "missing_tool_call": 1}
 
 
 async def test_stats_shape_and_numbers(make_store: StoreFactory) -> None:
     store = await make_store()
-    store.record(EVENTS)
+    store.record(events())
     await store.flush()
     stats = await store.stats()
     assert stats == {
@@ -279,7 +284,7 @@ async def test_reopen_keeps_totals(make_store: StoreFactory, request: pytest.Fix
     if "memory" in request.node.callspec.id:
         pytest.skip("memory:// keeps nothing across instances by design")
     store = await make_store()
-    store.record(EVENTS)
+    store.record(events())
     await store.sticky_set("s", "full", 2)
     await store.close()
     again = await make_store()
