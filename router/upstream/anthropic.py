@@ -7,6 +7,12 @@ and the answer comes back as sent: every stream event is forwarded as it arrives
 lost in translation (thinking, signatures, cache usage, server tools). Each reply and chunk also
 carries its chat-completions equivalent, which is what the checks read.
 
+But for reasoning state (router/sessions/provenance.py): the signatures and redacted data of the
+thinking blocks this tier's model writes reach the client marked with that model, and of those a
+request replays this tier sends only its own model's, as the model wrote them — none of another
+model's, which Anthropic would refuse (a 400 that ends the session). Where that leaves a tool loop's
+final assistant turn without its leading thinking block, the call is made without thinking.
+
 Chat-completions and Responses clients routed here go through litellm (litellm_adapter.py), which
 translates to and from Messages.
 """
@@ -21,6 +27,7 @@ import orjson
 from router.errors import UpstreamError, upstream_text
 from router.policy.model import Tier
 from router.sessions import Session
+from router.sessions.provenance import MessagesMarks, mark_message, messages_request, model_tag
 from router.upstream.base import Chunk, Limits, Native, Reply, native_event, token_count
 from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
@@ -42,6 +49,7 @@ class AnthropicUpstream(PooledHTTP):
         if self._key:
             self._headers["x-api-key"] = self._key
         self.model = config.model.split("/", 1)[1]
+        self.tag = model_tag(config.model)  # the provenance of this model's thinking blocks
         self._chat = LitellmUpstream(tier, config)
 
     async def start(self, warm: bool = True) -> None:
@@ -55,7 +63,8 @@ class AnthropicUpstream(PooledHTTP):
         return self._chat.stream(body, deadline)
 
     def _request(self, native: Native, stream: bool) -> tuple[bytes, dict[str, str]]:
-        body = {**self.config.defaults, **native.body, **self.config.params, "model": self.model}
+        merged = {**self.config.defaults, **native.body, **self.config.params, "model": self.model}
+        body = dict(messages_request(merged, self.tag))  # only this model's reasoning state
         if stream:
             body["stream"] = True
         else:
@@ -70,11 +79,14 @@ class AnthropicUpstream(PooledHTTP):
     def _message(self, raw: bytes, message: dict[str, Any]) -> Reply:
         if _malformed(message, _MESSAGE_FIELDS) or not isinstance(message.get("content"), list):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed message", tier=self.tier)
+        if mark_message(message, self.tag):  # its thinking blocks, marked with this model
+            raw = orjson.dumps(message)
         return Reply(_completion(message), raw, native=message)
 
     def stream_native(self, native: Native, deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
         data, headers = self._request(native, True)
-        return self.post_events(self.url, data, deadline, ChatView(self.tier, self._secrets).chunk, headers)
+        view = ChatView(self.tier, self._secrets, MessagesMarks(self.tag))
+        return self.post_events(self.url, data, deadline, view.chunk, headers)
 
     async def context_window(self, deadline: float) -> int | None:
         """The model's `max_input_tokens` (GET /v1/models/{model}), else what litellm knows of it."""
@@ -87,7 +99,8 @@ class AnthropicUpstream(PooledHTTP):
         model); a chat request is not (None)."""
         if native is None or native.dialect != "messages":
             return None
-        counted = {k: v for k, v in native.body.items() if k in _COUNTED} | {"model": self.model}
+        counted = messages_request({k: v for k, v in native.body.items() if k in _COUNTED}, self.tag)
+        counted = {**counted, "model": self.model}
         headers = {k: v for k, v in native.headers.items() if k in FORWARDED_HEADERS}
         try:
             reply = await self.post_json(self.url + "/count_tokens", orjson.dumps(counted), deadline, _counted, headers)
@@ -134,9 +147,10 @@ class ChatView:
     """Messages stream events → the chat.completion.chunk each one amounts to (for the Gate and the
     validator), kept with the event itself in `Chunk.native`."""
 
-    def __init__(self, tier: str, secrets: tuple[str, ...]) -> None:
+    def __init__(self, tier: str, secrets: tuple[str, ...], marks: MessagesMarks | None = None) -> None:
         self.tier = tier
         self.secrets = secrets
+        self.marks = marks  # marks the thinking blocks' signatures with the tier's model
         self.id = ""
         self.model = ""
         self._calls: dict[int, int] = {}  # tool_use block index → tool-call index
@@ -154,6 +168,8 @@ class ChatView:
         if event["type"] == "error":
             message = upstream_text(str((event.get("error") or {}).get("message", "")), self.secrets)
             raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)
+        if self.marks is not None:
+            self.marks.event(event)
         delta, finish = self._delta(event)
         choices = [] if event["type"] == "message_stop" else [{"index": 0, "delta": delta, "finish_reason": finish}]
         data = {"id": self.id, "object": "chat.completion.chunk", "model": self.model, "choices": choices}
