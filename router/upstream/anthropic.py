@@ -14,7 +14,9 @@ model's, which Anthropic would refuse (a 400 that ends the session). Where that 
 final assistant turn without its leading thinking block, the call is made without thinking.
 
 Chat-completions and Responses clients routed here go through litellm (litellm_adapter.py), which
-translates to and from Messages.
+translates to and from Messages. It is imported on the first such call, so a tier that serves only
+Messages clients needs no litellm; without it, such a call fails with `ExtraMissing`, which names
+the extra to install.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from router.errors import UpstreamError, upstream_text
+from router.errors import ExtraMissing, UpstreamError, upstream_text
 from router.policy.model import Tier
 from router.sessions import Session
 from router.sessions.provenance import MessagesMarks, mark_message, messages_request, model_tag
@@ -50,17 +52,29 @@ class AnthropicUpstream(PooledHTTP):
             self._headers["x-api-key"] = self._key
         self.model = config.model.split("/", 1)[1]
         self.tag = model_tag(config.model)  # the provenance of this model's thinking blocks
-        self._chat = LitellmUpstream(tier, config)
+        self._chat = LitellmUpstream(tier, config)  # chat and Responses clients: litellm, loaded on first use
 
-    async def start(self, warm: bool = True) -> None:
-        await super().start(warm)
-        await self._chat.start(warm)
+    async def _translating(self) -> LitellmUpstream:
+        if not await self._chat.load():
+            raise ExtraMissing(
+                f"tier {self.tier!r} ({self.config.model}) takes chat-completions and Responses calls through "
+                "litellm, which is not installed: pip install 'agent-router[litellm]'",
+                tier=self.tier,
+            )
+        return self._chat
 
     async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply:
-        return await self._chat.complete(body, deadline)
+        return await (await self._translating()).complete(body, deadline)
 
-    def stream(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
-        return self._chat.stream(body, deadline)
+    async def stream(
+        self, body: dict[str, Any], deadline: float, session: Session | None = None
+    ) -> AsyncIterator[Chunk]:
+        chunks = (await self._translating()).stream(body, deadline)
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()
 
     def _request(self, native: Native, stream: bool) -> tuple[bytes, dict[str, str]]:
         merged = {**self.config.defaults, **native.body, **self.config.params, "model": self.model}
@@ -89,10 +103,11 @@ class AnthropicUpstream(PooledHTTP):
         return self.post_events(self.url, data, deadline, view.chunk, headers)
 
     async def context_window(self, deadline: float) -> int | None:
-        """The model's `max_input_tokens` (GET /v1/models/{model}), else what litellm knows of it."""
+        """The model's `max_input_tokens` (GET /v1/models/{model}), else what litellm knows of it
+        (if a chat or Responses call has loaded it: it is not imported for this)."""
         info = await self.get_json(f"{self.base}/v1/models/{self.model}", deadline)
         window = token_count(info.get("max_input_tokens")) if isinstance(info, dict) else 0
-        return window or await self._chat.context_window(deadline)
+        return window or (await self._chat.context_window(deadline) if self._chat.loaded else None)
 
     async def count_tokens(self, body: dict[str, Any], deadline: float, native: Native | None = None) -> int | None:
         """A Messages request counted by Anthropic (POST /v1/messages/count_tokens, which calls no
