@@ -81,7 +81,7 @@ def unmark(value: Any, tag: str) -> str | None:
 
 
 # -- Anthropic Messages --------------------------------------------------------------------------------
-def messages_request(body: Mapping[str, Any], tag: str) -> Mapping[str, Any]:
+def messages_request(body: dict[str, Any], tag: str) -> dict[str, Any]:
     """`body` with every thinking / redacted_thinking block of another model (or of none known) left
     out and this model's restored, made valid where that leaves what the API requires; `body` itself
     when nothing changes (it is never modified)."""
@@ -217,7 +217,7 @@ class MessagesMarks:
 
 
 # -- OpenAI Responses ---------------------------------------------------------------------------------
-def responses_input(body: Mapping[str, Any], tag: str) -> Mapping[str, Any]:
+def responses_input(body: dict[str, Any], tag: str) -> dict[str, Any]:
     """`body` with every input item of another model's `encrypted_content` (or of none known) left
     out, this model's restored, and the upstream `id` of the output that came with a dropped item
     (the items up to the next input of the client's) removed; `body` itself when nothing changes."""

@@ -78,7 +78,7 @@ class AnthropicUpstream(PooledHTTP):
 
     def _request(self, native: Native, stream: bool) -> tuple[bytes, dict[str, str]]:
         merged = {**self.config.defaults, **native.body, **self.config.params, "model": self.model}
-        body = dict(messages_request(merged, self.tag))  # only this model's reasoning state
+        body = messages_request(merged, self.tag)  # only this model's reasoning state
         if stream:
             body["stream"] = True
         else:

@@ -173,7 +173,7 @@ class OpenAICompatUpstream(PooledHTTP):
 
     def _native_payload(self, native: Native, stream: bool) -> bytes:
         merged = {**self.config.defaults, **native.body, **self.config.params, "model": self.config.upstream_model}
-        body = dict(responses_input(merged, self.tag))  # only this model's encrypted reasoning
+        body = responses_input(merged, self.tag)  # only this model's encrypted reasoning
         if "tool_choice" not in native.body and not native.body.get("tools"):
             body.pop("tool_choice", None)
         body["stream"] = stream
