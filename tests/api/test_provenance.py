@@ -198,7 +198,10 @@ async def test_tiers_of_one_model_keep_every_thinking_block(start_fake_, proxy_,
     await assert_only_own(full, "claude-same")
 
 
-async def test_a_responses_session_never_sends_one_model_the_others_encrypted_reasoning(start_fake_, proxy_) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_responses_session_never_sends_one_model_the_others_encrypted_reasoning(
+    start_fake_, proxy_, stream: bool
+) -> None:
     """Codex's way (`store: false`, the whole input replayed, reasoning included encrypted) across
     two tiers that serve the Responses API themselves, of different models."""
     fast, full = await fakes(start_fake_)
@@ -213,9 +216,14 @@ async def test_a_responses_session_never_sends_one_model_the_others_encrypted_re
                 call = next(i for i in reversed(items) if i["type"] == "function_call")
                 items.append({"type": "function_call_output", "call_id": call["call_id"], "output": output})
             raw = await sdk.responses.with_raw_response.create(
-                model="auto", input=items, tools=tools, store=False, include=["reasoning.encrypted_content"]
-            )
-            answer = raw.parse().output
+                model="auto", input=items, tools=tools, store=False, include=["reasoning.encrypted_content"],
+                stream=stream,
+            )  # fmt: skip
+            if stream:
+                [done] = [e.response async for e in raw.parse() if e.type == "response.completed"]
+                answer = done.output
+            else:
+                answer = raw.parse().output
             items.extend(i.model_dump(exclude_none=True) for i in answer)
             return raw.headers["x-router-tier"], answer
 
