@@ -66,8 +66,9 @@ def model_tag(model: str) -> str:
 
 
 def mark(value: str, tag: str) -> str:
-    """`value` marked as made by the model of `tag` (a marked value is left as it is)."""
-    return value if value.startswith(MARK) else f"{MARK}{tag}.{value}"
+    """`value` marked as made by the model of `tag`. A value already marked (a router behind this
+    one) is marked again: each router takes its own mark off on the way back."""
+    return f"{MARK}{tag}.{value}"
 
 
 def unmark(value: Any, tag: str) -> str | None:
