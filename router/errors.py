@@ -18,6 +18,7 @@
     │   └── NotStarted               503 overloaded_error / not_started         (the proxy could not start)
     └── UpstreamError                502 upstream_error / upstream_error        (x-should-retry: false)
         ├── UpstreamTimeout          504 timeout_error / timeout
+        ├── ExtraMissing             502 upstream_error / extra_missing         (a package extra the call needs)
         ├── UpstreamStatus           the request's fault (400, 413, 422, …) is passed on; else 502
         │   └── ContextExceeded      400 invalid_request_error / context_length_exceeded   (no tier's context fits)
         └── ChecksFailed             502 upstream_error / checks_failed         (x-should-retry: true)
@@ -218,6 +219,7 @@ class UpstreamError(RouterError):
     code = "upstream_error"
     should_retry = False  # the router already retried and escalated; the SDK must not multiply that
     mistake: ClassVar[str] = "upstream_error"
+    tier_fault: ClassVar[bool] = True  # counted by the tier's breaker (router/core/breaker.py)
 
     def __init__(self, message: str, *, tier: str = "", status: int | None = None) -> None:
         super().__init__(message, status=status)
@@ -229,6 +231,15 @@ class UpstreamTimeout(UpstreamError):
     type = "timeout_error"
     code = "timeout"
     mistake = "timeout"
+
+
+class ExtraMissing(UpstreamError):
+    """The call needs a package extra that is not installed — litellm, for a chat-completions or
+    Responses client of an `anthropic/*` tier: not the tier's fault (its breaker does not count it),
+    another tier may take the call (it escalates), and the message names the extra to install."""
+
+    code = "extra_missing"
+    tier_fault = False
 
 
 class UpstreamStatus(UpstreamError):

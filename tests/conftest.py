@@ -75,11 +75,13 @@ def policy_text(
     return textwrap.dedent(base) + textwrap.dedent(routes) + textwrap.dedent(extra)
 
 
-_TRANSLATED_TIER = re.compile(r"^\s*model:\s*(?!openai/)[\w.-]+/", re.MULTILINE)
+_TRANSLATED_TIER = re.compile(r"^\s*model:\s*(?!openai/|anthropic/)[\w.-]+/", re.MULTILINE)
 
 
 def needs_litellm(policy_yaml: str) -> bool:
-    """True when a tier of the policy is served through litellm (`anthropic/*`, `gemini/*`, …)."""
+    """True when a tier of the policy is served through litellm (`gemini/*`, `bedrock/*`, …): not
+    `openai/*` nor `anthropic/*` tiers, which start without it (a test that sends a chat or
+    Responses client to an `anthropic/*` tier skips without litellm itself)."""
     return bool(_TRANSLATED_TIER.search(policy_yaml))
 
 

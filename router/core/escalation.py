@@ -352,14 +352,15 @@ class Trace:
         self.mistakes.append(exc.mistake)
         self.record.attempt(tier, [], [Mistake(exc.mistake)], answered=False)
         client_fault = getattr(exc, "client_fault", False)
-        if client_fault:
-            self.released(tier)  # the request's fault, not the tier's
+        if client_fault or not exc.tier_fault:
+            self.released(tier)  # the request's fault, or the router's (a missing extra): not the tier's
         else:
             reason = f"HTTP {exc.upstream_status}" if isinstance(exc, UpstreamStatus) else exc.message
             self.router.breakers.failed(tier, self._breaker(tier), reason)
             self.router.warming.live_ended(tier)
         if not client_fault and exc.mistake in self.policy.escalation.on and self._may_retry():
-            escalate = Escalate([exc.mistake], backoff=self._stronger(tier) == tier)
+            # the same tier again (the chain's last) after a while if it failed; at once if not its fault
+            escalate = Escalate([exc.mistake], backoff=exc.tier_fault and self._stronger(tier) == tier)
             escalate.__cause__ = exc
             return escalate
         return exc

@@ -31,6 +31,8 @@ class FakeConfig:
     # and the model list's `meta.n_ctx` are served. 0: no limit, and none of those (as other servers)
     n_ctx: int = 0
     greedy: bool = False  # the same request, the same answer (as a greedy model), unless it asks for temperature > 0
+    # the secret that binds thinking signatures and encrypted reasoning to a model (router/fake/reasoning.py)
+    signing_key: str = "agent-router-fake"
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.bad_kinds if k not in BAD_KINDS]

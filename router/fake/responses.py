@@ -31,8 +31,11 @@ def responses_tools(body: dict[str, Any]) -> tuple[Tools, str | None]:
     return out, chosen if isinstance(chosen, str) else None
 
 
-def response_object(answer: Answer, rid: str, model: str, usage: tuple[int, int]) -> dict[str, Any]:
-    output: list[dict[str, Any]] = []
+def response_object(
+    answer: Answer, rid: str, model: str, usage: tuple[int, int], reasoning: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """`reasoning`: the items the output starts with (router/fake/reasoning.py)."""
+    output: list[dict[str, Any]] = list(reasoning or ())
     if answer.text is not None:
         part = {"type": "output_text", "text": answer.text, "annotations": []}
         output.append({"type": "message", "id": f"msg_{rid}", "status": "completed", "role": "assistant",
@@ -73,6 +76,8 @@ def response_events(response: dict[str, Any]) -> list[bytes]:
                 add("response.output_text.delta", **ids, delta=word, logprobs=[])
             add("response.output_text.done", **ids, text=text, logprobs=[])
             add("response.content_part.done", **ids, part=item["content"][0])
+        elif item["type"] == "reasoning":
+            add("response.output_item.added", output_index=index, item={**item, "encrypted_content": None})
         else:
             ids = {"item_id": item["id"], "output_index": index}
             add(

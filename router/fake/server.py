@@ -21,8 +21,16 @@ Endpoints
   long", over ``n_ctx``). A refusal draws nothing.
   GET  /_fake/requests       the last 100 /v1/* requests: method, path, headers (lower-case names),
                              body (parsed JSON). ``DELETE /_fake/requests`` clears them.
-  GET  /_fake/stats          ``{"requests": N, "streams": N, "open_connections": N}`` (/v1/* requests,
-                             streamed answers, currently open TCP connections including the caller's).
+  GET  /_fake/stats          ``{"requests": N, "streams": N, "open_connections": N, "refused": {...}}``
+                             (/v1/* requests, streamed answers, currently open TCP connections including
+                             the caller's, requests refused over reasoning state by kind).
+
+Reasoning state (router/fake/reasoning.py), bound to the request's ``model`` as the providers bind it:
+  /v1/messages with ``thinking`` on answers with a signed thinking block first, and refuses with
+  Anthropic's 400 a thinking block signed for another model, and (``thinking.type: enabled``) a tool
+  loop's final assistant turn that does not start with a thinking block. /v1/responses with
+  ``include: ["reasoning.encrypted_content"]`` answers with a reasoning item first, and refuses with
+  OpenAI's 400 ``invalid_encrypted_content`` an input item's encrypted content sealed for another model.
 
 Answers
   With ``tools`` (and ``tool_choice`` not "none") the answer is one tool call: the named tool when
@@ -80,7 +88,7 @@ import random
 import socket
 import struct
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -90,6 +98,7 @@ from aiohttp import web
 from router.fake.config import FakeConfig
 from router.fake.context import prompt_size, render, tokenize, too_long
 from router.fake.faults import Plan, plan_of, send_endless
+from router.fake.reasoning import messages_refusal, reasoning_items, responses_refusal, thinking_blocks
 from router.fake.responses import MALFORMED_RESPONSES, response_events, response_object, responses_tools
 from router.fake.tools import Answer, make_text, tool_answer
 from router.fake.wire import (
@@ -115,6 +124,7 @@ class _State:
         self.log: deque[dict[str, Any]] = deque(maxlen=100)
         self.requests = 0
         self.streams = 0
+        self.refused: Counter[str] = Counter()  # requests refused over reasoning state, by kind
         self.server: web.Server | None = None
 
 
@@ -215,6 +225,10 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     tools, chosen = pick(body)
     if chosen is not None and all(name != chosen for name, _ in tools):
         return _error(400, f"fake upstream: tool_choice names {chosen!r}, which is not in tools", anthropic)
+    refused = {"messages": messages_refusal, "responses": responses_refusal}.get(api)
+    if refused is not None and (foreign := refused(body, st.config.signing_key)) is not None:
+        st.refused[foreign[0]] += 1  # another model's reasoning state, as the provider refuses it
+        return web.Response(status=400, body=foreign[1], headers=_JSON)
     if tools and _finished(body, chosen, st.config.finish_after):
         tools = []
     size = prompt_size(body) if st.config.n_ctx else 0
@@ -248,13 +262,16 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     model = model if isinstance(model, str) else cfg.model
     prompt, completion = size or prompt_tokens(body), len(answer.text or answer.tool_args or "") // 4 + 1
     headers = {"x-fake-defect": answer.defect} if answer.defect else {}
+    key = cfg.signing_key
     if api == "responses":
-        response = response_object(answer, f"{rid:024x}", model, (prompt, completion))
+        reasoning = reasoning_items(body, key, f"{rid:024x}")
+        response = response_object(answer, f"{rid:024x}", model, (prompt, completion), reasoning)
         if stream:
             return await _send_stream(request, st, plan, response_events(response), headers, MALFORMED_RESPONSES)
         return await _send_json(request, plan, orjson.dumps(response), headers)
     if anthropic:
-        message = anthropic_message(answer, f"msg_{rid:024x}", model, (prompt, completion))
+        thinking = thinking_blocks(body, key, answer.tool_name)
+        message = anthropic_message(answer, f"msg_{rid:024x}", model, (prompt, completion), thinking)
         if stream:
             events = anthropic_events(answer, message)
             return await _send_stream(request, st, plan, events, headers, MALFORMED_ANTHROPIC)
@@ -400,7 +417,7 @@ async def _stats(request: web.Request) -> web.Response:
     # Exact when served by start_fake; otherwise aiohttp's per-connection handler knows its server.
     server = st.server or getattr(request.protocol, "_manager", None)
     connections = len(server.connections) if server is not None else 1
-    body = {"requests": st.requests, "streams": st.streams, "open_connections": connections}
+    body = {"requests": st.requests, "streams": st.streams, "open_connections": connections, "refused": st.refused}
     return web.Response(body=orjson.dumps(body), headers=_JSON)
 
 

@@ -142,8 +142,11 @@ def anthropic_tools(body: dict[str, Any]) -> tuple[Tools, str | None]:
     return out, chosen if isinstance(chosen, str) else None
 
 
-def anthropic_message(answer: Answer, mid: str, model: str, usage: tuple[int, int]) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
+def anthropic_message(
+    answer: Answer, mid: str, model: str, usage: tuple[int, int], thinking: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """`thinking`: the blocks the answer starts with (router/fake/reasoning.py)."""
+    content: list[dict[str, Any]] = list(thinking or ())
     if answer.text is not None:
         content.append({"type": "text", "text": answer.text})
     if answer.tool_name is not None:
@@ -173,6 +176,12 @@ def anthropic_events(answer: Answer, message: dict[str, Any]) -> list[bytes]:
         if block["type"] == "text":
             empty: dict[str, Any] = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": word} for word in _words(block["text"])]
+        elif block["type"] == "thinking":  # as Anthropic streams it: the text, then the signature
+            empty = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": word} for word in _words(block["thinking"]) if word]
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        elif block["type"] == "redacted_thinking":  # whole in its start event
+            empty, deltas = block, []
         else:
             empty = {**block, "input": {}}
             pieces = _fragments(answer.tool_args or "")

@@ -8,6 +8,9 @@ failures that repeat. This package is where the concept lives:
     affinity.py   Affinity: which server slot (llama.cpp `id_slot`) and which replica (`api_base`
                   list) keeps a session's prompt prefix on a tier, so that a turn evaluates only its
                   new tokens and side calls never evict a main prompt
+    provenance.py which model made each piece of reasoning state the client replays (thinking
+                  blocks' signatures, Responses' encrypted_content): each tier gets only its own
+                  model's
 
 What the router holds per session, and where:
 
@@ -20,6 +23,10 @@ What the router holds per session, and where:
     prefix affinity   slot and replica per tier: affinity.py, in the tier's client (process-local)
     warm prefixes     tiers a session may be escalated to keep its prefix, prefilled in the
                       background: router/core/warming.py
+    reasoning state   which model made each thinking block and encrypted reasoning item the agent
+                      replays: marked in the values themselves as they are delivered (provenance.py),
+                      read back by each tier's client (router/upstream/anthropic.py, openai_compat.py),
+                      which sends only its own model's — no store, alike on every replica and restart
 """
 
 from router.sessions.identity import SESSION_HEADER, Session, session_of

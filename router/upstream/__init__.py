@@ -69,7 +69,15 @@ class Upstreams:
         stale = [n for n, cfg in self._configs.items() if policy.models.get(n) != cfg]
         fresh = {n: t for n, t in policy.models.items() if self._configs.get(n) != t}
         started = {name: self._build(name, tier, self._limits) for name, tier in fresh.items()}
-        await asyncio.gather(*(c.start(warm=self._warm) for c in started.values()))
+        try:
+            outcomes = await asyncio.gather(
+                *(c.start(warm=self._warm) for c in started.values()), return_exceptions=True
+            )
+            if failed := next((o for o in outcomes if isinstance(o, BaseException)), None):
+                raise failed
+        except BaseException:  # what the others (and the failed one, up to its failure) opened is closed
+            await asyncio.gather(*(c.close() for c in started.values()), return_exceptions=True)
+            raise
         old = [self._clients[n] for n in stale]
         for name in stale:
             self._clients.pop(name)

@@ -7,8 +7,16 @@ and the answer comes back as sent: every stream event is forwarded as it arrives
 lost in translation (thinking, signatures, cache usage, server tools). Each reply and chunk also
 carries its chat-completions equivalent, which is what the checks read.
 
+But for reasoning state (router/sessions/provenance.py): the signatures and redacted data of the
+thinking blocks this tier's model writes reach the client marked with that model, and of those a
+request replays this tier sends only its own model's, as the model wrote them — none of another
+model's, which Anthropic would refuse (a 400 that ends the session). Where that leaves a tool loop's
+final assistant turn without its leading thinking block, the call is made without thinking.
+
 Chat-completions and Responses clients routed here go through litellm (litellm_adapter.py), which
-translates to and from Messages.
+translates to and from Messages. It is imported on the first such call, so a tier that serves only
+Messages clients needs no litellm; without it, such a call fails with `ExtraMissing`, which names
+the extra to install.
 """
 
 from __future__ import annotations
@@ -18,9 +26,10 @@ from typing import Any
 
 import orjson
 
-from router.errors import UpstreamError, upstream_text
+from router.errors import ExtraMissing, UpstreamError, upstream_text
 from router.policy.model import Tier
 from router.sessions import Session
+from router.sessions.provenance import MessagesMarks, mark_message, messages_request, model_tag
 from router.upstream.base import Chunk, Limits, Native, Reply, native_event, token_count
 from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
@@ -42,20 +51,34 @@ class AnthropicUpstream(PooledHTTP):
         if self._key:
             self._headers["x-api-key"] = self._key
         self.model = config.model.split("/", 1)[1]
-        self._chat = LitellmUpstream(tier, config)
+        self.tag = model_tag(config.model)  # the provenance of this model's thinking blocks
+        self._chat = LitellmUpstream(tier, config)  # chat and Responses clients: litellm, loaded on first use
 
-    async def start(self, warm: bool = True) -> None:
-        await super().start(warm)
-        await self._chat.start(warm)
+    async def _translating(self) -> LitellmUpstream:
+        if not await self._chat.load():
+            raise ExtraMissing(
+                f"tier {self.tier!r} ({self.config.model}) takes chat-completions and Responses calls through "
+                "litellm, which is not installed: pip install 'agent-router[litellm]'",
+                tier=self.tier,
+            )
+        return self._chat
 
     async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply:
-        return await self._chat.complete(body, deadline)
+        return await (await self._translating()).complete(body, deadline)
 
-    def stream(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
-        return self._chat.stream(body, deadline)
+    async def stream(
+        self, body: dict[str, Any], deadline: float, session: Session | None = None
+    ) -> AsyncIterator[Chunk]:
+        chunks = (await self._translating()).stream(body, deadline)
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()
 
     def _request(self, native: Native, stream: bool) -> tuple[bytes, dict[str, str]]:
-        body = {**self.config.defaults, **native.body, **self.config.params, "model": self.model}
+        merged = {**self.config.defaults, **native.body, **self.config.params, "model": self.model}
+        body = messages_request(merged, self.tag)  # only this model's reasoning state
         if stream:
             body["stream"] = True
         else:
@@ -70,24 +93,29 @@ class AnthropicUpstream(PooledHTTP):
     def _message(self, raw: bytes, message: dict[str, Any]) -> Reply:
         if _malformed(message, _MESSAGE_FIELDS) or not isinstance(message.get("content"), list):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed message", tier=self.tier)
+        if mark_message(message, self.tag):  # its thinking blocks, marked with this model
+            raw = orjson.dumps(message)
         return Reply(_completion(message), raw, native=message)
 
     def stream_native(self, native: Native, deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
         data, headers = self._request(native, True)
-        return self.post_events(self.url, data, deadline, ChatView(self.tier, self._secrets).chunk, headers)
+        view = ChatView(self.tier, self._secrets, MessagesMarks(self.tag))
+        return self.post_events(self.url, data, deadline, view.chunk, headers)
 
     async def context_window(self, deadline: float) -> int | None:
-        """The model's `max_input_tokens` (GET /v1/models/{model}), else what litellm knows of it."""
+        """The model's `max_input_tokens` (GET /v1/models/{model}), else what litellm knows of it
+        (if a chat or Responses call has loaded it: it is not imported for this)."""
         info = await self.get_json(f"{self.base}/v1/models/{self.model}", deadline)
         window = token_count(info.get("max_input_tokens")) if isinstance(info, dict) else 0
-        return window or await self._chat.context_window(deadline)
+        return window or (await self._chat.context_window(deadline) if self._chat.loaded else None)
 
     async def count_tokens(self, body: dict[str, Any], deadline: float, native: Native | None = None) -> int | None:
         """A Messages request counted by Anthropic (POST /v1/messages/count_tokens, which calls no
         model); a chat request is not (None)."""
         if native is None or native.dialect != "messages":
             return None
-        counted = {k: v for k, v in native.body.items() if k in _COUNTED} | {"model": self.model}
+        counted = messages_request({k: v for k, v in native.body.items() if k in _COUNTED}, self.tag)
+        counted = {**counted, "model": self.model}
         headers = {k: v for k, v in native.headers.items() if k in FORWARDED_HEADERS}
         try:
             reply = await self.post_json(self.url + "/count_tokens", orjson.dumps(counted), deadline, _counted, headers)
@@ -134,9 +162,10 @@ class ChatView:
     """Messages stream events → the chat.completion.chunk each one amounts to (for the Gate and the
     validator), kept with the event itself in `Chunk.native`."""
 
-    def __init__(self, tier: str, secrets: tuple[str, ...]) -> None:
+    def __init__(self, tier: str, secrets: tuple[str, ...], marks: MessagesMarks | None = None) -> None:
         self.tier = tier
         self.secrets = secrets
+        self.marks = marks  # marks the thinking blocks' signatures with the tier's model
         self.id = ""
         self.model = ""
         self._calls: dict[int, int] = {}  # tool_use block index → tool-call index
@@ -154,6 +183,8 @@ class ChatView:
         if event["type"] == "error":
             message = upstream_text(str((event.get("error") or {}).get("message", "")), self.secrets)
             raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)
+        if self.marks is not None:
+            self.marks.event(event)
         delta, finish = self._delta(event)
         choices = [] if event["type"] == "message_stop" else [{"index": 0, "delta": delta, "finish_reason": finish}]
         data = {"id": self.id, "object": "chat.completion.chunk", "model": self.model, "choices": choices}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from router.errors import ContextExceeded, UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
@@ -43,18 +43,33 @@ class LitellmUpstream:
         key = config.api_key.get_secret_value() if config.api_key else ""
         self._secrets = (key,) if key else ()
         self._litellm: Any = None
+        self._absent = False  # litellm was looked for and is not installed
 
     async def start(self, warm: bool = True) -> None:
+        if not await self.load():
+            raise RuntimeError(
+                f"tier {self.tier!r} ({self.config.model}) needs litellm: pip install 'agent-router[litellm]'"
+            )
+
+    @property
+    def loaded(self) -> bool:
+        return self._litellm is not None
+
+    async def load(self) -> bool:
+        """Import litellm (once); False when it is not installed (looked for once)."""
+        if self._litellm is not None or self._absent:
+            return not self._absent
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         os.environ.setdefault("LITELLM_LOG", "ERROR")
         try:
-            self._litellm = await asyncio.to_thread(importlib.import_module, "litellm")
+            litellm: Any = await asyncio.to_thread(importlib.import_module, "litellm")
         except ImportError:
-            raise RuntimeError(
-                f"tier {self.tier!r} ({self.config.model}) needs litellm: pip install 'agent-router[litellm]'"
-            ) from None
-        self._litellm.suppress_debug_info = True
-        self._litellm.drop_params = True
+            self._absent = True
+            return False
+        litellm.suppress_debug_info = True
+        litellm.drop_params = True
+        self._litellm = litellm
+        return True
 
     async def close(self) -> None:
         return None
@@ -124,7 +139,7 @@ class LitellmUpstream:
 
     async def stream(
         self, body: dict[str, Any], deadline: float, session: Session | None = None
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncGenerator[Chunk, None]:
         try:
             async with asyncio.timeout(self.config.timeouts.first_token):
                 resp = await self._litellm.acompletion(**self._kwargs(body, deadline, stream=True))

@@ -7,6 +7,9 @@ The server's own count of each prompt — tokens evaluated and reused — comes 
 
 A tier with `apis: [responses]` also takes Responses calls as they are (`complete_native` /
 `stream_native`, POST {api_base}/responses); router/upstream/responses_view.py has what that needs.
+Items' `encrypted_content` (reasoning, compaction) is bound to the model that made it: the tier's
+answers reach the client marked with its model, and of the items a request replays the tier gets
+only its own model's (router/sessions/provenance.py).
 
 One `aiohttp.ClientSession` per tier, keep-alive connections opened at start-up, bodies encoded
 once with orjson (the pool, warm-up and SSE reader are `PooledHTTP`'s, in http.py). Timeouts:
@@ -27,6 +30,7 @@ from router.errors import UpstreamError, UpstreamStatus, upstream_text
 from router.policy.model import Tier
 from router.sessions import Session
 from router.sessions.affinity import Affinity, Lease
+from router.sessions.provenance import mark_items, model_tag, responses_input
 from router.upstream import llama_cpp
 from router.upstream.base import Chunk, Limits, Native, Prompt, Reply, token_count
 from router.upstream.context import props_window, served_window
@@ -53,6 +57,7 @@ class OpenAICompatUpstream(PooledHTTP):
         self.affinity = Affinity(len(bases), sessions.slots, sessions.side_slots)  # router/sessions/affinity.py
         self.llama_cpp = False  # the server is llama.cpp's llama-server (router/upstream/llama_cpp.py)
         self.dialects: frozenset[str] = frozenset(config.apis)  # client APIs passed through (`complete_native`)
+        self.tag = model_tag(config.model)  # the provenance of this model's encrypted reasoning
         self._headers["accept"] = "application/json, text/event-stream"
         self._tokenizes = True  # until the server shows it has no /apply-template and /tokenize
         if self._key:
@@ -167,7 +172,8 @@ class OpenAICompatUpstream(PooledHTTP):
         return Reply(data, raw, prompt=prompt)
 
     def _native_payload(self, native: Native, stream: bool) -> bytes:
-        body = {**self.config.defaults, **native.body, **self.config.params, "model": self.config.upstream_model}
+        merged = {**self.config.defaults, **native.body, **self.config.params, "model": self.config.upstream_model}
+        body = responses_input(merged, self.tag)  # only this model's encrypted reasoning
         if "tool_choice" not in native.body and not native.body.get("tools"):
             body.pop("tool_choice", None)
         body["stream"] = stream
@@ -178,10 +184,10 @@ class OpenAICompatUpstream(PooledHTTP):
         tools = ToolMap.of_request(native.body)
         payload = self._native_payload(native, False)
         url = self.responses_urls[self.affinity.place(session).replica]
-        return await self.post_json(url, payload, deadline, lambda raw, data: _response(raw, data, tools))
+        return await self.post_json(url, payload, deadline, lambda raw, data: _response(raw, data, tools, self.tag))
 
     def stream_native(self, native: Native, deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
-        view = ChatView(self.tier, self._secrets, ToolMap.of_request(native.body))
+        view = ChatView(self.tier, self._secrets, ToolMap.of_request(native.body), self.tag)
         url = self.responses_urls[self.affinity.place(session).replica]
         return self.post_events(url, self._native_payload(native, True), deadline, view.chunk)
 
@@ -251,10 +257,11 @@ def _as_reply(raw: bytes, data: dict[str, Any]) -> Reply:
     return Reply(data, raw)
 
 
-def _response(raw: bytes, response: dict[str, Any], tools: ToolMap) -> Reply:
+def _response(raw: bytes, response: dict[str, Any], tools: ToolMap, tag: str) -> Reply:
     if not isinstance(response.get("output"), list):
         raise ValueError("a response without an output list")
-    return Reply(completion_of(response, tools), raw, native=response)
+    marked = mark_items(response["output"], tag)  # its encrypted reasoning, marked with the tier's model
+    return Reply(completion_of(response, tools), None if marked else raw, native=response)
 
 
 def _drop_legacy_call(data: dict[str, Any]) -> bool:

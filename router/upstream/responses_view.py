@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from router.errors import UpstreamError, upstream_text
+from router.sessions.provenance import mark_event
 from router.upstream.base import Chunk, native_event, token_count
 from router.upstream.responses_tools import ToolMap, freeform_arguments
 
@@ -77,8 +78,11 @@ def completion_of(response: Mapping[str, Any], tools: ToolMap | None = None) -> 
 
 
 class ChatView:
-    def __init__(self, tier: str, secrets: tuple[str, ...], tools: ToolMap | None = None) -> None:
+    def __init__(
+        self, tier: str, secrets: tuple[str, ...], tools: ToolMap | None = None, tag: str | None = None
+    ) -> None:
         self.tier = tier
+        self.tag = tag  # marks the items' encrypted_content with the tier's model (router/sessions/provenance.py)
         self.tools = tools or ToolMap()
         self.secrets = secrets
         self.id = ""
@@ -93,6 +97,8 @@ class ChatView:
             detail = event.get("error") or (event.get("response") or {}).get("error") or event
             message = upstream_text(str(detail.get("message", "") if isinstance(detail, dict) else ""), self.secrets)
             raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)
+        if self.tag is not None:
+            mark_event(event, self.tag)
         data: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk", "model": self.model}
         delta, finish = self._delta(event, data)
         data["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
