@@ -5,8 +5,12 @@ that has not seen the session: on a CPU server a 12k-token agent prompt costs th
 of prefill. So each tier whose policy says `sessions.warm` keeps every active session's prompt too:
 when another tier takes a call of the session, `Warming.offer` queues the call's body for the warm
 tiers (prefill only, `Prefills.prefill`: the tier's server reads it into the session's slot and
-answers one token), and when an answer is delivered, the body with the answer appended — the
-prefix of the session's next turn. A turn that then lands there evaluates only its new tokens.
+answers one token), and when an answer is delivered, the body with the answer appended and the
+opening of what follows it — the prefix of the session's next turn. A server reads a prompt only to
+answer after it, and refuses to continue an assistant message that made tool calls (llama-server:
+"Cannot continue an assistant message that contains tool calls"), so the answer is followed by what
+the client sends next: an empty result for each of its calls, else an empty user message. The next
+turn shares everything up to that content; a turn that then lands there evaluates only its new tokens.
 
 A warm-up never delays a live call. Per tier, one warm-up runs at a time, and only while no live
 call is in flight on that tier; a live call that starts there cancels the warm-up in progress
@@ -102,7 +106,7 @@ class Warming:
             return
         warm = dict(body)
         if answer is not None:
-            warm["messages"] = [*(body.get("messages") or ()), _message(answer)]
+            warm["messages"] = [*(body.get("messages") or ()), *_next_turn(answer)]
         for tier in targets:
             self._queue(tier, _Job(session, warm, policy.models[tier].timeouts.total))
 
@@ -170,9 +174,13 @@ class Warming:
         return len(q.pending) + (q.running is not None) if q else 0
 
 
-def _message(answer: Mapping[str, Any]) -> dict[str, Any]:
-    """The delivered answer as the client will send it back: role, content, tool calls."""
+def _next_turn(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The delivered answer as the client will send it back (role, content, tool calls), then the
+    opening of the client's next message: an empty result per call, else an empty user message."""
     message: dict[str, Any] = {"role": "assistant", "content": answer.get("content") or ""}
-    if calls := answer.get("tool_calls"):
-        message["tool_calls"] = calls
-    return message
+    calls = answer.get("tool_calls")
+    if not calls:
+        return [message, {"role": "user", "content": ""}]
+    message["tool_calls"] = calls
+    results = [{"role": "tool", "tool_call_id": c.get("id") or "", "content": ""} for c in calls if isinstance(c, dict)]
+    return [message, *results]

@@ -80,8 +80,23 @@ async def test_the_other_tier_reads_the_prompt_then_the_answer(tiers: Any) -> No
     answer = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function"}], "x": 1}
     warming.offer(policy(), session("s"), call_body("hi"), "fast", answer)
     await settle()
-    assert t["full"].started[-1][1][-1] == {"role": "assistant", "content": "", "tool_calls": answer["tool_calls"]}
+    # the answer, then what the client sends next: its call's (empty) result
+    assert t["full"].started[-1][1][-2:] == [
+        {"role": "assistant", "content": "", "tool_calls": answer["tool_calls"]},
+        {"role": "tool", "tool_call_id": "c1", "content": ""},
+    ]
     assert t["full"].finished == ["s", "s"]
+
+
+async def test_a_text_answer_is_followed_by_an_empty_user_message(tiers: Any) -> None:
+    warming, t = tiers
+    warming.offer(policy(), session("s"), call_body("hi"), "fast", {"role": "assistant", "content": "Hello."})
+    await settle()
+    assert t["full"].started[-1][1] == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": ""},
+    ]
 
 
 async def test_a_live_call_stops_the_warm_up_which_resumes_once_the_tier_is_idle(tiers: Any) -> None:
