@@ -115,6 +115,12 @@ class Tier(Strict):
         description="client APIs this openai/ tier serves itself (POST {api_base}/responses): passed through",
     )
     sessions: Sessions = Sessions()
+    max_output_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="tokens this tier writes per answer at most: a request asking more, or not saying, is "
+        "capped (a small local model that loops would write until its context is full; Claude Code asks 128k)",
+    )
     context_window: int | None = Field(
         default=None,
         ge=1,

@@ -69,6 +69,8 @@ class OpenAICompatUpstream(PooledHTTP):
             out["id_slot"], out["cache_prompt"] = slot, True
         if "tool_choice" not in body and not body.get("tools"):
             out.pop("tool_choice", None)  # a default tool_choice means nothing, and is an error, without tools
+        if self.config.max_output_tokens is not None:
+            _cap(out, self.config.max_output_tokens, "max_tokens", "max_completion_tokens")
         if stream:
             out["stream"] = True
         else:
@@ -176,6 +178,8 @@ class OpenAICompatUpstream(PooledHTTP):
         body = responses_input(merged, self.tag)  # only this model's encrypted reasoning
         if "tool_choice" not in native.body and not native.body.get("tools"):
             body.pop("tool_choice", None)
+        if self.config.max_output_tokens is not None:
+            _cap(body, self.config.max_output_tokens, "max_output_tokens")
         body["stream"] = stream
         return orjson.dumps(body)
 
@@ -252,6 +256,18 @@ def prompt_of(data: dict[str, Any]) -> Prompt | None:
     details = usage.get("prompt_tokens_details")
     cached = token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
     return Prompt(max(0, token_count(usage.get("prompt_tokens")) - cached), cached)
+
+def _cap(body: dict[str, Any], cap: int, key: str, *others: str) -> None:
+    """The tier's `max_output_tokens`: every limit the request sets (`key`, `others`) at most `cap`;
+    none set, `key` set to it."""
+    present = [k for k in (key, *others) if k in body]
+    for name in present:
+        asked = body[name]
+        if not isinstance(asked, int) or isinstance(asked, bool) or asked > cap:
+            body[name] = cap
+    if not present:
+        body[key] = cap
+
 
 def _as_reply(raw: bytes, data: dict[str, Any]) -> Reply:
     return Reply(data, raw)

@@ -313,3 +313,18 @@ async def test_a_server_without_a_tokenizer_or_a_window_says_none(start_fake_) -
         assert await up.count_tokens(body, deadline) is None
     finally:
         await up.close()
+
+
+async def test_max_output_tokens_caps_what_a_request_asks_and_fills_in_where_it_asks_nothing(start_fake_) -> None:
+    fake = await start_fake_(FakeConfig(seed=1))
+    up = OpenAICompatUpstream("fast", Tier(model="openai/m", api_base=fake.url, warm_connections=0, max_output_tokens=100))
+    await up.start()
+    user = [{"role": "user", "content": "a"}]
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        for limits in ({"max_tokens": 128_000}, {"max_tokens": 8}, {}, {"max_completion_tokens": 500}):
+            await up.complete({"model": "x", "messages": user, **limits}, deadline)
+    finally:
+        await up.close()
+    sent = [{k: v for k, v in r["body"].items() if k.startswith("max_")} for r in await fake_requests(fake.url)]
+    assert sent == [{"max_tokens": 100}, {"max_tokens": 8}, {"max_tokens": 100}, {"max_completion_tokens": 100}]
