@@ -317,7 +317,8 @@ async def test_a_server_without_a_tokenizer_or_a_window_says_none(start_fake_) -
 
 async def test_max_output_tokens_caps_what_a_request_asks_and_fills_in_where_it_asks_nothing(start_fake_) -> None:
     fake = await start_fake_(FakeConfig(seed=1))
-    up = OpenAICompatUpstream("fast", Tier(model="openai/m", api_base=fake.url, warm_connections=0, max_output_tokens=100))
+    tier = Tier(model="openai/m", api_base=fake.url, warm_connections=0, max_output_tokens=100)
+    up = OpenAICompatUpstream("fast", tier)
     await up.start()
     user = [{"role": "user", "content": "a"}]
     try:
