@@ -99,7 +99,13 @@ from router.fake.config import FakeConfig
 from router.fake.context import prompt_size, render, tokenize, too_long
 from router.fake.faults import Plan, plan_of, send_endless
 from router.fake.reasoning import messages_refusal, reasoning_items, responses_refusal, thinking_blocks
-from router.fake.responses import MALFORMED_RESPONSES, response_events, response_object, responses_tools
+from router.fake.responses import (
+    MALFORMED_RESPONSES,
+    offered_tools,
+    response_events,
+    response_object,
+    responses_tools,
+)
 from router.fake.tools import Answer, make_text, tool_answer
 from router.fake.wire import (
     MALFORMED_ANTHROPIC,
@@ -265,7 +271,7 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     key = cfg.signing_key
     if api == "responses":
         reasoning = reasoning_items(body, key, f"{rid:024x}")
-        response = response_object(answer, f"{rid:024x}", model, (prompt, completion), reasoning)
+        response = response_object(answer, f"{rid:024x}", model, (prompt, completion), reasoning, offered_tools(body))
         if stream:
             return await _send_stream(request, st, plan, response_events(response), headers, MALFORMED_RESPONSES)
         return await _send_json(request, plan, orjson.dumps(response), headers)
