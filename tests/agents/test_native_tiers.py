@@ -4,9 +4,9 @@ Each tier is a fake upstream that behaves as its provider does with reasoning st
 (router/fake/reasoning.py): Anthropic's thinking signatures and OpenAI's encrypted reasoning are bound
 to the model that made them, and a request carrying another model's is refused with the provider's
 own 400 — the error that ends a real session when a router moves a conversation between models.
-The fast tier breaks its first tool call of every turn, so turns escalate to full, and the next
-turn comes back to fast with full's reasoning in its history; a tool result the agent reports as an
-error makes the next call sticky to full. What must hold: the agent ends on its own (exit 0), the
+The fast tier breaks every tool call it makes, so each turn escalates to full, and the next turn
+comes back to fast with full's reasoning in its history (sticky turns with thinking, call by call:
+tests/api/test_provenance.py). What must hold: the agent ends on its own (exit 0), the
 router answered no error, each tier got only its own model's reasoning state (no refusal), both
 models answered, and the full model's reasoning state did reach the full model again (it is kept,
 not dropped everywhere). Tiers of one model (a fast-mode lane) keep the agent's thinking.
