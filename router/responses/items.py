@@ -10,8 +10,11 @@
 Calls take the names a chat tier knows (router/upstream/responses_tools.py) on the way in and the client's
 names, namespaces and item types on the way out. What no chat message can hold is carried in the
 history as `{"role": CARRIED, "item": ...}` (tools of `additional_tools` items, item types unknown
-here: native tiers get them back, chat tiers never see them) or left out (content parts such as
-files, roles other than user, assistant, system and developer), and counted in `left_out`.
+here, and the model's own state — reasoning and compaction items, input and output alike, so a
+chain resolved by `previous_response_id` gives a native tier its reasoning back: native tiers get
+them, each only its own model's (router/sessions/provenance.py); chat tiers never see them) or left
+out (content parts such as files, roles other than user, assistant, system and developer), and
+counted in `left_out`.
 A call or output without a `call_id` gets a made-up one, consistent for both sides.
 """
 
@@ -28,7 +31,7 @@ from router.upstream.responses_tools import TOOL_ITEMS, ToolMap, freeform_argume
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
-_SILENT = frozenset({"reasoning", "compaction", "compaction_summary"})  # the model's own state: a chat tier has none
+STATE_ITEMS = frozenset({"reasoning", "compaction", "compaction_summary"})  # the model's own: a chat tier has none
 CARRIED = "x-router-item"  # a history entry holding an input item no chat message can
 
 
@@ -70,8 +73,8 @@ class _Items:
                 self._call(item, kind, param)
             elif kind in ("function_call_output", "custom_tool_call_output"):
                 self._output(item, param)
-            elif kind in _SILENT:
-                continue
+            elif kind in STATE_ITEMS:  # carried, not counted: nothing a chat tier could have used
+                self.out.append({"role": CARRIED, "item": item})
             else:  # additional_tools (its tools are in the ToolMap) and item types a chat tier has no form for
                 if kind not in TOOL_ITEMS:
                     self.left_out[f"item:{str(kind)[:64]}"] += 1

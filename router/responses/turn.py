@@ -35,7 +35,7 @@ from router.errors import BadRequest, ContextExceeded, RouterError
 from router.policy.decide import features_of
 from router.policy.model import Policy
 from router.responses.events import Event, EventBuilder
-from router.responses.items import assistant_message, new_id, output_items
+from router.responses.items import CARRIED, STATE_ITEMS, assistant_message, new_id, output_items
 from router.responses.translate import native_body, response_object, translate
 from router.sessions import SESSION_HEADER, session_of
 from router.store.responses import StoreUnreachable
@@ -67,8 +67,10 @@ class Turn:
 
     def remember(self, output: list[dict[str, Any]]) -> Stored:
         answer = assistant_message(output, self.tools)
+        state = [{"role": CARRIED, "item": dict(i)} for i in output if i.get("type") in STATE_ITEMS]  # reasoning
+        added = [*self.new, *state, *([answer] if answer else ())]
         parent = self.request.get("previous_response_id")  # it resolved, or there would be no turn
-        return stored(self.history, [*self.new, answer] if answer else self.new, self.call.session.id, parent)
+        return stored(self.history, added, self.call.session.id, parent)
 
     @property
     def store(self) -> bool:

@@ -101,17 +101,17 @@ def reasoning_of(body: dict[str, Any]) -> list[str]:
     return found
 
 
-async def each_got_its_own(t: Tiers, path: str, kept: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+async def each_got_its_own(t: Tiers, path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Both models answered; no request was refused or carried a router mark; fast got turns that
     followed full's answers (what reached fast was its own, or nothing: the fake refuses any other);
-    full got its own reasoning back (`kept`)."""
+    full got its own reasoning back."""
     fast = [r["body"] for r in await fake_requests(t.fast.url, path=path)]
     full = [r["body"] for r in await fake_requests(t.full.url, path=path)]
     assert fast and full
     assert await refused(t.fast) == {} and await refused(t.full) == {}
     for body in (*fast, *full):
         assert MARK not in orjson.dumps(body).decode()
-    assert any(reasoning_of(b) for b in full) is kept  # full's own reasoning, replayed to it
+    assert any(reasoning_of(b) for b in full)  # full's own reasoning, replayed to it: kept
     turns = [len(b.get("messages") or b.get("input") or ()) for b in fast]
     assert max(turns) > min(turns)  # fast took turns after full had answered
     assert t.seen.failures() == []
@@ -153,6 +153,6 @@ async def test_codex_across_two_models(tiers: Tiers, tmp_path: Path, transport: 
     argv = [str(cli("codex")), "exec", "--skip-git-repo-check", TASK]
     code, out, err = await run_cli(argv, work, env)
     assert code == 0, f"exit {code}\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}"
-    # Over the router's WebSocket, Codex sends only new input after `previous_response_id`, and the
-    # chain the router keeps holds no reasoning items yet: full gets none back (nothing refused either)
-    await each_got_its_own(tiers, "/v1/responses", kept=transport == "http")
+    # over the router's WebSocket, Codex sends only new input after `previous_response_id`: the chain
+    # the router keeps gives full its reasoning back
+    await each_got_its_own(tiers, "/v1/responses")

@@ -22,7 +22,7 @@ import pytest
 from router.fake import FakeConfig, FakeServer
 from router.fake.reasoning import signature
 from router.messages.translate import chat_body
-from router.responses.items import input_messages
+from router.responses.translate import chat_body as responses_chat_body
 from router.sessions.provenance import MARK
 from tests.api.helpers import fake_requests, root
 from tests.fake.test_reasoning import refused
@@ -259,4 +259,6 @@ def test_chat_tiers_never_receive_reasoning_state() -> None:
     assert body["messages"][1] == {"role": "assistant", "content": "hello"}
     items = [{"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": f"{MARK}x.gAAAAA"},
              {"type": "message", "role": "user", "content": "hi"}]  # fmt: skip
-    assert input_messages(items) == [{"role": "user", "content": "hi"}]
+    assert responses_chat_body({"model": "m", "input": items}, (), stream=False)[0]["messages"] == [
+        {"role": "user", "content": "hi"}
+    ]

@@ -80,6 +80,7 @@ def test_string_input_roles_and_parts() -> None:
         {"role": "system", "content": "rules"},
         {"role": "user", "content": "ab"},
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:x", "detail": "low"}}]},
+        {"role": CARRIED, "item": {"type": "reasoning", "summary": []}},  # for native tiers; chat tiers never see it
     ]
 
 
