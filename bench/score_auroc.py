@@ -1,4 +1,4 @@
-"""How well the one-prefill verifier (`verify: {kind: score}`, router/core/scoring.py) separates the fast
+"""How well the one-prefill verifier (`verify: {kind: score}`, router/upstream/scoring.py) separates the fast
 tier's right calls from its wrong ones, and what it adds per call.
 
     python -m bench.score_auroc FAST_URL FULL_URL [CASES ...] [--stride N] [--via echo|forced] [--out FILE]
@@ -27,13 +27,12 @@ from typing import Any
 import orjson
 
 from router.core.salvage import salvaged_message
-from router.core.scoring import measure
-from router.core.scoring import score as call_score
 from router.core.validate import Validator
 from router.core.verify import logprob_measure
 from router.policy.model import Tier, Timeouts
 from router.tools.eval.cases import load_cases, offered_names, score
 from router.upstream.openai_compat import OpenAICompatUpstream
+from router.upstream.scoring import measure
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 SLOW = Timeouts(connect=5.0, first_token=900.0, total=900.0)  # a 1.5B prefill on a busy 2-core machine
@@ -98,7 +97,7 @@ async def run(fast_url: str, full_url: str, case_files: list[Path], stride: int,
                     continue
                 started = time.monotonic()
                 body = {"messages": case.messages, "tools": case.tools}
-                values = await call_score(full, body, calls[0], loop.time() + 900, via=via)
+                values = await full.score_call(body, calls[0], loop.time() + 900, None, via)
                 took = time.monotonic() - started
                 mean = measure(values, "mean") if values else None
                 low = measure(values, "min") if values else None

@@ -316,7 +316,9 @@ class Trace:
         loop = asyncio.get_running_loop()
         started = loop.time()
         runtime, chain = self.router, self.policy.escalation.chain
-        verdict = await verify(runtime.upstreams, runtime.verdicts, spec, tier, body, choice, self.deadline, chain)
+        verdict = await verify(
+            runtime.upstreams, runtime.verdicts, spec, tier, body, choice, self.deadline, chain, self.call.session
+        )
         outcome = "unsure" if verdict.unsure else "accept" if verdict.accept else "reject"
         self.router.metrics.observe_verdict(spec.kind, self.route, outcome, verdict.cached, loop.time() - started)
         self.verdicts.append(f"{spec.kind}:{outcome}")

@@ -21,8 +21,8 @@ verifier returns a `Verdict`:
               that server this verifier can never decide: `if_unsure` applies.
     score     one prefill on a scoring tier (default: the escalation tier): the log-probability of
               the proposed call given the request, in that model's prompt format, from its
-              server (router/core/scoring.py; `via`: echo on llama-cpp-python, forced on llama-server);
-              the mean (or min) must reach `threshold`.
+              server (router/upstream/scoring.py, in the session's slot; `via`: echo on
+              llama-cpp-python, forced on llama-server); the mean (or min) must reach `threshold`.
 
 When no verdict is possible (the judge failed or answered nonsense, no logprobs, every extra sample
 failed) the verdict is `unsure` and `if_unsure` (default accept) decides. Verifier failures never
@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from router.constants import JUDGE_TEXT_MAX, JUDGE_TOOLS_MAX, VERDICT_CACHE_ENTRIES
-from router.core import scoring
 from router.core.compare import (
     ask_json,
     call_key,
@@ -55,7 +54,9 @@ from router.core.compare import (
 )
 from router.errors import UpstreamError
 from router.policy.model import Verify
-from router.upstream.openai_compat import OpenAICompatUpstream
+from router.sessions import Session
+from router.upstream.base import scores
+from router.upstream.scoring import measure
 
 if TYPE_CHECKING:
     from router.upstream.base import Tiers
@@ -221,17 +222,24 @@ def logprobs(spec: Verify, choice: Mapping[str, Any]) -> Verdict:
 
 
 async def scored(
-    tiers: Tiers, spec: Verify, tier: str, body: Mapping[str, Any], message: Mapping[str, Any], deadline: float
+    tiers: Tiers,
+    spec: Verify,
+    tier: str,
+    body: Mapping[str, Any],
+    message: Mapping[str, Any],
+    deadline: float,
+    session: Session | None = None,
 ) -> Verdict:
-    """The scoring tier's mean logprob of the first call (router/core/scoring.py) against `threshold`."""
+    """The scoring tier's mean logprob of the first call (its `score_call`: router/upstream/scoring.py),
+    read in the session's slot there, against `threshold`."""
     upstream = tiers[tier]
     calls = message.get("tool_calls") or []
-    if not isinstance(upstream, OpenAICompatUpstream) or not calls:
+    if not scores(upstream) or not calls:
         return Verdict(True, f"tier {tier!r} cannot score", unsure=True)
-    values = await scoring.score(upstream, body, calls[0], deadline, via=spec.via)
+    values = await upstream.score_call(dict(body), dict(calls[0]), deadline, session, spec.via)
     if values is None:
         return Verdict(True, "no score from the scoring tier", unsure=True)
-    value = scoring.measure(values, spec.measure)
+    value = measure(values, spec.measure)
     ok = value >= spec.threshold
     return Verdict(ok, f"call {spec.measure} logprob {value:.3f} {'>=' if ok else '<'} {spec.threshold}")
 
@@ -245,8 +253,9 @@ async def verify(
     choice: Mapping[str, Any],
     deadline: float,
     chain: Sequence[str],
+    session: Session | None = None,
 ) -> Verdict:
-    """The verdict on `choice` (choices[0] of `tier`'s answer to `body`), `if_unsure` applied."""
+    """The verdict on `choice` (choices[0] of `tier`'s answer to `body`, in `session`), `if_unsure` applied."""
     message = choice.get("message") or {}
     if spec.kind == "judge":
         judge_tier = spec.tier or (chain[-1] if chain else tier)
@@ -254,7 +263,8 @@ async def verify(
     elif spec.kind == "agree":
         verdict = await agree(tiers, spec, tier, body, message, deadline)
     elif spec.kind == "score":
-        verdict = await scored(tiers, spec, spec.tier or (chain[-1] if chain else tier), body, message, deadline)
+        scorer = spec.tier or (chain[-1] if chain else tier)
+        verdict = await scored(tiers, spec, scorer, body, message, deadline, session)
     else:
         verdict = logprobs(spec, choice)
     if verdict.unsure:

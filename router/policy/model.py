@@ -222,7 +222,7 @@ class Verify(Strict):
 
     kind: Literal["judge", "agree", "logprobs", "score"] = Field(
         description="judge: a tier answers accept/reject; agree: n samples must agree; logprobs: token confidence; "
-        "score: a tier's log-probability of the call given the prompt (one prefill, router/core/scoring.py)"
+        "score: a tier's log-probability of the call given the prompt (one prefill, router/upstream/scoring.py)"
     )
     tier: str | None = Field(
         default=None, description="judge, score: the judging / scoring tier (default: the escalation tier)"
@@ -234,7 +234,7 @@ class Verify(Strict):
     via: Literal["echo", "forced"] = Field(
         default="echo",
         description="score: echo = prompt logprobs from llama-cpp-python's completions endpoint; forced = the call "
-        "generated under a grammar on llama.cpp's llama-server, each token's raw logprob (router/core/scoring.py)",
+        "generated under a grammar on llama.cpp's llama-server, each token's raw logprob (router/upstream/scoring.py)",
     )
     if_unsure: Literal["accept", "reject"] = Field(
         default="accept",

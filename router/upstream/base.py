@@ -126,6 +126,19 @@ def prefills(upstream: Upstream) -> TypeGuard[Prefills]:
     return callable(getattr(upstream, "prefill", None))
 
 
+class Scores(Protocol):
+    """A tier that can score a call: the log-probabilities of its tokens given the request, read in
+    one prefill (the `score` verifier, router/core/verify.py; how: router/upstream/scoring.py)."""
+
+    async def score_call(
+        self, body: dict[str, Any], call: dict[str, Any], deadline: float, session: Session | None, via: str
+    ) -> list[float] | None: ...
+
+
+def scores(upstream: Upstream) -> TypeGuard[Scores]:
+    return callable(getattr(upstream, "score_call", None))
+
+
 def speaks(upstream: Upstream, dialect: str) -> TypeGuard[NativeUpstream]:
     return dialect in upstream.dialects
 

@@ -31,7 +31,7 @@ from router.policy.model import Tier
 from router.sessions import Session
 from router.sessions.affinity import Affinity, Lease
 from router.sessions.provenance import mark_items, model_tag, responses_input
-from router.upstream import llama_cpp
+from router.upstream import llama_cpp, scoring
 from router.upstream.base import Chunk, Limits, Native, Prompt, Reply, token_count
 from router.upstream.context import props_window, served_window
 from router.upstream.http import PooledHTTP
@@ -42,6 +42,9 @@ log = logging.getLogger("router.upstream")
 
 # what a server without llama-server's /apply-template and /tokenize answers there
 _NOT_HERE = frozenset({401, 403, 404, 405, 501})
+
+
+SCORE_TOP = 10  # logprobs per echoed token (llama-cpp-python's `logprobs`): the call's token is found among them
 
 
 class OpenAICompatUpstream(PooledHTTP):
@@ -144,6 +147,34 @@ class OpenAICompatUpstream(PooledHTTP):
             await self.post_json(self.urls[lease.replica], payload, deadline, lambda raw, data: Reply(data))
         finally:
             lease.release()
+
+    async def score_call(
+        self, body: dict[str, Any], call: dict[str, Any], deadline: float, session: Session | None, via: str
+    ) -> list[float] | None:
+        """The logprobs of `call`'s tokens given `body` (router/upstream/scoring.py: `echo` from
+        llama-cpp-python's legacy completions, `forced` from llama-server in the session's slot); None
+        when the server gave none."""
+        text, start, end = scoring.call_span(call)
+        lease = self.affinity.place(session)
+        try:
+            if via != "forced":
+                url = self.urls[lease.replica].removesuffix("/chat/completions") + "/completions"
+                payload = scoring.echo_request(self.config.upstream_model, body, text, SCORE_TOP)
+                echoed = await self.post_json(url, payload, deadline, lambda raw, data: Reply(data))
+                return scoring.call_logprobs(echoed.data, text, start, end)
+            root = self.roots[lease.replica]
+            rendered = await self.post_json(root + "/apply-template", self._payload(body, False), deadline,
+                                            lambda raw, data: Reply(data))  # fmt: skip
+            prompt = rendered.data.get("prompt")
+            if not isinstance(prompt, str):
+                return None
+            payload = scoring.forced_request(prompt, text, lease.slot)
+            forced = await self.post_json(root + "/completion", payload, deadline, lambda raw, data: Reply(data))
+        except UpstreamError:
+            return None
+        finally:
+            lease.release()
+        return scoring.forced_logprobs(forced.data, start, end) if forced.data.get("content") == text else None
 
     async def _forced_call(self, body: dict[str, Any], name: str, lease: Lease, deadline: float) -> dict[str, Any]:
         """A call of `name`, generated under its schema by llama-server (router/upstream/llama_cpp.py)."""

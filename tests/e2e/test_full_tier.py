@@ -18,7 +18,6 @@ import openai
 import orjson
 import pytest
 
-from router.core.scoring import score
 from router.policy.model import Tier
 from router.tools.llama import ChildFailed, CppServer, LlamaServer, full_server
 from router.tools.models import QWEN25_CODER_1_5B, ensure
@@ -120,11 +119,11 @@ async def test_full_streams_a_tool_call_too(real_tiers: openai.AsyncOpenAI) -> N
 
 
 def test_the_scoring_prompt_is_what_the_models_template_renders() -> None:
-    """router/core/scoring.py writes Qwen's prompt itself: it must be the GGUF template's, byte for byte."""
+    """router/upstream/scoring.py writes Qwen's prompt itself: it must be the GGUF template's, byte for byte."""
     from llama_cpp import Llama
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-    from router.core.scoring import chatml_prompt
+    from router.upstream.scoring import chatml_prompt
 
     vocab = Llama(str(ensure(QWEN25_CODER_1_5B, show_progress=False)), vocab_only=True, verbose=False)
     template = Jinja2ChatFormatter(vocab.metadata["tokenizer.chat_template"], eos_token="<|im_end|>", bos_token="")
@@ -154,7 +153,7 @@ async def test_forced_scoring_ranks_the_right_call_above_a_wrong_one(qwen: Llama
     try:
         deadline = asyncio.get_running_loop().time() + 300
         calls = [{"function": {"name": "get_weather", "arguments": f'{{"city": "{c}"}}'}} for c in ("Paris", "Oslo")]
-        right, wrong = [await score(upstream, body, c, deadline, via="forced") for c in calls]
+        right, wrong = [await upstream.score_call(body, c, deadline, None, "forced") for c in calls]
     finally:
         await upstream.close()
     assert right is not None and wrong is not None

@@ -1,5 +1,7 @@
-"""The one-prefill verifier (`verify: {kind: score}`): the full model *scores* the fast model's call
-instead of answering again — the idea of speculative decoding applied to tool calls.
+"""How an OpenAI-compatible server scores a call, for the one-prefill verifier (`verify: {kind: score}`,
+router/core/verify.py): the full model *scores* the fast model's call instead of answering again —
+the idea of speculative decoding applied to tool calls. A tier that can (`Scores`, router/upstream/
+base.py) answers `score_call`; OpenAICompatUpstream does it with the functions here.
 
 The verdict is the mean (or min: `measure`) log-probability of the call's own tokens (the tool's
 name and the arguments) given the request, in the scoring model's prompt format; the route accepts
@@ -12,8 +14,10 @@ at or above `threshold`. Two ways to ask for it (`verify.via`):
              (`POST /apply-template`, exactly the prompt its chat endpoint would build), then
              `POST /completion` generates the call under a grammar that allows only its text, with
              `n_probs: 1, post_sampling_probs: false`: each forced token's log-probability under the
-             raw logits. One prefill plus one decode step per call token; the prompt stays cached
-             in the server's slot, so a full answer after a rejection reuses that prefill.
+             raw logits, in the session's slot (router/sessions/affinity.py). One decode step per
+             call token, and a prefill of only what the slot does not hold yet: on a session whose
+             prompt the tier keeps (a warm prefix, router/core/warming.py) that is the fast call
+             itself; the prompt stays in the slot, so a full answer after a rejection reuses it too.
 
     chatml_prompt(messages, tools)   Qwen2.5's ChatML with its tool block, exactly as its GGUF
                                      template renders under llama-cpp-python (checked in
@@ -23,7 +27,7 @@ at or above `threshold`. Two ways to ask for it (`verify.via`):
     gbnf_literal(text)               a GBNF grammar that matches exactly `text`
     forced_logprobs(data, start, end) from a llama-server /completion answer: the forced tokens'
                                      logprobs that begin in characters [start, end) of the call
-    score(upstream, body, call, ..., via)  the whole round trip; None when no score could be read
+    echo_request(...), forced_request(...)  the requests of each way; the tier sends them
 
 llama-cpp-python 0.3.36 (measured): with `echo` it reports, at token i, the distribution that
 predicts token i + 1 — `token_logprobs[i]` is the token's probability given itself and is useless,
@@ -41,10 +45,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
-
-from router.errors import UpstreamError
-from router.upstream.base import Reply
-from router.upstream.openai_compat import OpenAICompatUpstream
 
 QWEN_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 _TOOLS_INTRO = (
@@ -174,66 +174,36 @@ def measure(values: Sequence[float], how: str) -> float:
     return min(values) if how == "min" else sum(values) / len(values)
 
 
-async def score(
-    upstream: OpenAICompatUpstream,
-    body: Mapping[str, Any],
-    call: Mapping[str, Any],
-    deadline: float,
-    top: int = 10,
-    via: str = "echo",
-) -> list[float] | None:
-    """The logprobs of `call`'s tokens given `body`, from `upstream` (`via`: see the module docstring)."""
+def call_span(call: Mapping[str, Any]) -> tuple[str, int, int]:
+    """The call as Qwen writes it, and the characters [start, end) that are scored: only what the fast
+    model chose — the tool's name and the arguments, not the fixed `<tool_call>\n{"name": "` around
+    them (Qwen under llama-cpp-python writes ```json, so those are unlikely tokens for every call alike)."""
     fn = call.get("function") or {}
     name = str(fn.get("name", ""))
     text = call_text(name, fn.get("arguments"))
-    # only what the fast model chose is scored: the tool's name and the arguments, not the fixed
-    # `<tool_call>\n{"name": "` around them (Qwen under llama-cpp-python writes ```json, so those
-    # are unlikely tokens for every call alike)
-    start, end = text.index(name), text.rindex("}\n</tool_call>")
-    if via == "forced":
-        return await _forced(upstream, body, text, start, end, deadline)
+    return text, text.index(name), text.rindex("}\n</tool_call>")
+
+
+def echo_request(model: str, body: Mapping[str, Any], text: str, top: int) -> bytes:
+    """The legacy completions request whose echo holds the logprobs of `text` after `body`'s prompt."""
     prompt = chatml_prompt(body.get("messages") or [], body.get("tools") or [])
-    payload = {
-        "model": upstream.config.upstream_model,
-        "prompt": prompt + text,
-        "max_tokens": 1,
+    payload = {"model": model, "prompt": prompt + text, "max_tokens": 1, "temperature": 0, "echo": True,
+               "logprobs": top}  # fmt: skip
+    return orjson.dumps(payload)
+
+
+def forced_request(prompt: str, text: str, slot: int | None) -> bytes:
+    """The llama-server /completion request that generates exactly `text` after `prompt` (the rendered
+    chat), with each token's raw logprob, in `slot`."""
+    payload: dict[str, Any] = {
+        "prompt": prompt,
+        "grammar": gbnf_literal(text),
+        "n_predict": len(text) + 8,  # a token is at least one character; room for the end token
         "temperature": 0,
-        "echo": True,
-        "logprobs": top,
+        "n_probs": 1,
+        "post_sampling_probs": False,
+        "cache_prompt": True,
     }
-    url = upstream.url.removesuffix("/chat/completions") + "/completions"
-    try:
-        reply: Reply = await upstream.post_json(url, orjson.dumps(payload), deadline, lambda raw, d: Reply(d, raw))
-    except UpstreamError:
-        return None
-    return call_logprobs(reply.data, text, start, end)
-
-
-async def _forced(
-    upstream: OpenAICompatUpstream, body: Mapping[str, Any], text: str, start: int, end: int, deadline: float
-) -> list[float] | None:
-    base = upstream.url.removesuffix("/chat/completions").removesuffix("/v1")
-    try:
-        rendered = await upstream.post_json(
-            base + "/apply-template", upstream.chat_payload(dict(body)), deadline, lambda raw, d: Reply(d, raw)
-        )
-        prompt = rendered.data.get("prompt")
-        if not isinstance(prompt, str):
-            return None
-        payload = {
-            "prompt": prompt,
-            "grammar": gbnf_literal(text),
-            "n_predict": len(text) + 8,  # a token is at least one character; room for the end token
-            "temperature": 0,
-            "n_probs": 1,
-            "post_sampling_probs": False,
-            "cache_prompt": True,
-        }
-        reply = await upstream.post_json(
-            base + "/completion", orjson.dumps(payload), deadline, lambda raw, d: Reply(d, raw)
-        )
-    except UpstreamError:
-        return None
-    if reply.data.get("content") != text:
-        return None
-    return forced_logprobs(reply.data, start, end)
+    if slot is not None:
+        payload["id_slot"] = slot
+    return orjson.dumps(payload)

@@ -1,10 +1,10 @@
-"""router/core/scoring.py: the prompt the full model scores, and reading llama-cpp-python's echoed logprobs."""
+"""router/upstream/scoring.py: the prompt the full model scores, and reading llama-cpp-python's echoed logprobs."""
 
 from __future__ import annotations
 
 import json
 
-from router.core.scoring import call_logprobs, call_text, chatml_prompt, forced_logprobs, gbnf_literal, measure
+from router.upstream.scoring import call_logprobs, call_text, chatml_prompt, forced_logprobs, gbnf_literal, measure
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 
