@@ -19,9 +19,9 @@ available or over the fast-mode rate limit, it is sent once more at standard spe
 reached the client. Each answer says its speed (`Reply.speed`, the `Chunk.speed` of `message_start`).
 
 Chat-completions and Responses clients routed here go through litellm (litellm_adapter.py), which
-translates to and from Messages. It is imported on the first such call, so a tier that serves only
-Messages clients needs no litellm; without it, such a call fails with `ExtraMissing`, which names
-the extra to install.
+translates to and from Messages (and is not sent `speed`: they are answered at standard speed). It
+is imported on the first such call, so a tier that serves only Messages clients needs no litellm;
+without it, such a call fails with `ExtraMissing`, which names the extra to install.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from router.errors import ExtraMissing, UpstreamError, UpstreamStatus, upstream_
 from router.policy.model import Tier
 from router.sessions import Session
 from router.sessions.provenance import MessagesMarks, mark_message, messages_request, model_tag
-from router.upstream.base import Chunk, Limits, Native, Reply, native_event, token_count
+from router.upstream.base import Chunk, Limits, Native, Reply, Speed, native_event, token_count
 from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
 from router.upstream.messages_view import chat_message, finish_reason
@@ -43,6 +43,7 @@ from router.upstream.speed import fallback, messages_speed, with_fast_beta
 
 ANTHROPIC_API = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
+_STANDARD = Speed("standard")
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 
 
@@ -70,14 +71,19 @@ class AnthropicUpstream(PooledHTTP):
         return self._chat
 
     async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply:
-        return await (await self._translating()).complete(body, deadline)
+        reply = await (await self._translating()).complete(body, deadline)
+        reply.speed = _STANDARD  # litellm is not sent `speed`
+        return reply
 
     async def stream(
         self, body: dict[str, Any], deadline: float, session: Session | None = None
     ) -> AsyncIterator[Chunk]:
         chunks = (await self._translating()).stream(body, deadline)
+        first = True
         try:
             async for chunk in chunks:
+                if first:
+                    chunk.speed, first = _STANDARD, False
                 yield chunk
         finally:
             await chunks.aclose()

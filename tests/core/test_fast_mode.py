@@ -7,6 +7,7 @@ Real servers: the proxy, fake upstreams, the anthropic and openai SDKs."""
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import anthropic
@@ -235,3 +236,21 @@ async def test_no_tier_but_an_anthropic_one_ever_gets_speed(start_fake_, proxy_)
     assert forwarded.headers["x-router-speed"] == "fast"  # forwarded to the anthropic tier, with its beta
     [to_claude] = await fake_requests(claude.url, path="/v1/messages")
     assert to_claude["body"]["speed"] == "fast" and to_claude["headers"]["anthropic-beta"] == FAST_MODE_BETA
+
+
+async def test_chat_clients_of_a_fast_anthropic_tier_are_answered_at_standard_speed(start_fake_, proxy_) -> None:
+    """They reach it through litellm, which is not sent `speed` (router/upstream/anthropic.py)."""
+    if importlib.util.find_spec("litellm") is None:  # not imported here: the router imports it, locally configured
+        pytest.skip("needs the litellm extra")
+    claude = await start_fake_()
+    proxy = await proxy_(fast_policy(claude, await start_fake_()))
+    async with openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0) as sdk:
+        raw = await sdk.chat.completions.with_raw_response.create(model="claude-opus-4-6", messages=USER,
+                                                                  extra_body={"speed": "fast"})  # fmt: skip
+        stream = await sdk.chat.completions.with_raw_response.create(
+            model="claude-opus-4-6", messages=USER, stream=True, extra_body={"speed": "fast"}
+        )
+        assert [chunk async for chunk in stream.parse()]
+    for answer in (raw, stream):
+        assert (answer.headers["x-router-tier"], answer.headers["x-router-speed"]) == ("opus-fast", "standard")
+    assert not [r for r in await fake_requests(claude.url, path="/v1/messages") if "speed" in r["body"]]
