@@ -249,11 +249,12 @@ class UpstreamStatus(UpstreamError):
     # client's request: they escalate like a 5xx and reach the client as 502.
     ROUTER_FAULTS = frozenset({401, 403, 404, 405, 408, 409, 429})
 
-    def __init__(self, message: str, *, tier: str, upstream_status: int) -> None:
+    def __init__(self, message: str, *, tier: str, upstream_status: int, detail: str = "") -> None:
         client_fault = 400 <= upstream_status < 500 and upstream_status not in self.ROUTER_FAULTS
         super().__init__(message, tier=tier, status=upstream_status if client_fault else 502)
         self.upstream_status = upstream_status
         self.client_fault = client_fault
+        self.detail = detail  # the upstream's own message, as `upstream_text` shows it (in `message` too)
 
     def to_body(self) -> dict[str, Any]:
         body = super().to_body()

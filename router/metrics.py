@@ -149,6 +149,21 @@ class Metrics:
             ["tier", "how"],
             registry=r,
         )
+        # fast modes (router/upstream/speed.py)
+        self.speeds = Counter(
+            "router_speeds",
+            "Upstream answers by tier and the speed they were served at, in the provider's words (Anthropic's "
+            "usage.speed: fast, standard; OpenAI's service_tier: default, priority, ...)",
+            ["tier", "speed"],
+            registry=r,
+        )
+        self.fast_mode_fallbacks = Counter(
+            "router_fast_mode_fallbacks",
+            "Fast-mode requests answered at standard speed instead, by tier and reason (unavailable: refused "
+            "for the model or organization; rate_limited: over the fast-mode rate limit)",
+            ["tier", "reason"],
+            registry=r,
+        )
         self.warm_ups = Counter(
             "router_warm_ups",
             "Background prefills of sessions' prompts by tier and outcome (done, cancelled, failed, dropped)",
@@ -198,6 +213,11 @@ class Metrics:
     def observe_prompt(self, tier: str, evaluated: int, reused: int) -> None:
         self.prompt_tokens.labels(tier, "evaluated").inc(evaluated)
         self.prompt_tokens.labels(tier, "reused").inc(reused)
+
+    def observe_speed(self, tier: str, speed: str, fallback: str | None) -> None:
+        self.speeds.labels(tier, speed).inc()
+        if fallback:
+            self.fast_mode_fallbacks.labels(tier, fallback).inc()
 
     def observe_warm_up(self, tier: str, outcome: str) -> None:
         self.warm_ups.labels(tier, outcome).inc()

@@ -23,7 +23,7 @@ import orjson
 import pytest
 
 from router.fake import FakeConfig
-from tests.api.helpers import TOOLS, USER
+from tests.api.helpers import TOOLS, USER, fake_requests
 from tests.conftest import policy_text
 from tests.security.test_slow_clients import until
 
@@ -118,3 +118,21 @@ async def test_refused_calls_leave_no_reference_cycles(start_fake_, proxy_, coll
             for _ in range(2):
                 assert await _call(session, proxy.url + "/chat/completions", body) == status
     assert not (ours := _ours()), ours
+
+
+async def test_fast_mode_fallbacks_leave_no_reference_cycles(start_fake_, proxy_, collector_saving) -> None:
+    """A fast-mode request refused, then sent at standard speed (router/upstream/anthropic.py)."""
+    claude = await start_fake_(FakeConfig(seed=1, fast_models=()))  # no model has fast mode: every call falls back
+    base = claude.url.removesuffix("/v1")
+    proxy = await proxy_(
+        "version: 1\nstore: memory://\nroutes: [{name: default, use: full}]\nmodels:\n  full: {model: "
+        f"anthropic/claude-opus-4-6, api_base: '{base}', api_key: k, speed: fast, warm_connections: 0}}\n"
+    )
+    headers = {"content-type": "application/json"}
+    async with aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=30)) as session:
+        for extra in ({}, {"stream": True}):
+            body = orjson.dumps({"model": "auto", "messages": USER, "max_tokens": 64, **extra})
+            for _ in range(2):
+                assert await _call(session, proxy.url + "/messages", body) == 200
+    assert not (ours := _ours()), ours
+    assert len(await fake_requests(claude.url, path="/v1/messages")) == 8  # each refused once, then answered

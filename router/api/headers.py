@@ -12,6 +12,7 @@ from router.errors import RouterError
 
 if TYPE_CHECKING:
     from router.core.escalation import Trace
+    from router.upstream.base import Speed
 
 
 def router_headers(trace: Trace) -> dict[str, str]:
@@ -27,6 +28,7 @@ def router_headers(trace: Trace) -> dict[str, str]:
         **({"x-router-verified": ",".join(trace.verdicts)} if trace.verdicts else {}),
         **({"x-router-prompt-tokens": prompt_tokens(trace)} if trace.prompt_evaluated or trace.prompt_reused else {}),
         **({"x-router-repeat": trace.repeat} if trace.repeat else {}),
+        **({"x-router-speed": speed_header(speed)} if (speed := trace.speed) is not None else {}),
     }
 
 
@@ -53,8 +55,17 @@ def summary(trace: Trace) -> bytes:
             "lane": trace.lane.name,
             "prompt_tokens": {"evaluated": trace.prompt_evaluated, "reused": trace.prompt_reused},
             **({"repeat": trace.repeat} if trace.repeat else {}),
+            **({"speed": trace.speed.served} if trace.speed is not None else {}),
+            **({"speed_fallback": trace.speed.fallback} if trace.speed is not None and trace.speed.fallback else {}),
         }
     )
+
+
+def speed_header(speed: Speed) -> str:
+    """The speed the answer was served at, in its provider's words (`fast`, `standard`; OpenAI's
+    service_tier: `default`, `priority`, …), and why a fast-mode request was answered at standard
+    speed instead: `standard; fallback=unavailable` (or `=rate_limited`)."""
+    return f"{speed.served}; fallback={speed.fallback}" if speed.fallback else speed.served
 
 
 def prompt_tokens(trace: Trace) -> str:

@@ -56,7 +56,7 @@ from router.core.verify import verify
 from router.errors import ChecksFailed, ChecksFailedRepeatedly, ContextExceeded, TierOpen, UpstreamError, UpstreamStatus
 from router.policy.decide import Decision, fits
 from router.policy.model import Breaker, Policy
-from router.upstream.base import Prompt
+from router.upstream.base import Prompt, Speed
 
 if TYPE_CHECKING:
     from router.runtime import Runtime
@@ -138,6 +138,7 @@ class Trace:
         self.seen = seen if seen is not None else Seen(call)  # the request's earlier runs (router/core/repeats.py)
         self.repeat: str | None = None  # how this repeat of an exhausted request runs: "resampled", "refused"
         self._native: dict[str, bool] = {}  # tier → its latest attempt got the client's own request
+        self._speeds: dict[str, Speed] = {}  # tier → the speed its latest attempt is served at, as it says
         self._repair_tool: str | None = None
         self._repaired_on: set[str] = set()  # tiers that had their one repair
         self._fitting: str | None = None  # the next attempt's tier, after one whose context was too small
@@ -244,9 +245,11 @@ class Trace:
 
     def answered(self, tier: str, prompt: Prompt | None = None) -> None:
         """`tier` sent a whole answer (right or wrong): its breaker's count of failures starts over;
-        `prompt`, the server's count of the prompt it read (evaluated, reused), is recorded."""
+        `prompt`, the server's count of the prompt it read (evaluated, reused), and its speed are recorded."""
         self.router.breakers.succeeded(tier)
         self.router.warming.live_ended(tier)
+        if (speed := self._speeds.get(tier)) is not None:
+            self.record.speed(tier, speed)
         if prompt is not None:
             self.prompt_evaluated += prompt.evaluated
             self.prompt_reused += prompt.reused
@@ -403,7 +406,17 @@ class Trace:
         """An attempt on `tier` starts: with the client's request itself (`native`) or the chat body.
         A warm-up running there gives way (router/core/warming.py)."""
         self._native[tier] = native
+        self._speeds.pop(tier, None)
         self.router.warming.live_started(tier)
+
+    def sped(self, tier: str, speed: Speed) -> None:
+        """`tier`'s answer says the speed it is served at (router/upstream/speed.py)."""
+        self._speeds[tier] = speed
+
+    @property
+    def speed(self) -> Speed | None:
+        """The speed of the answer of the tier answering now, where it says."""
+        return self._speeds.get(self.tier)
 
     @property
     def answered_natively(self) -> bool:

@@ -57,7 +57,7 @@ STANDARD_LANE = Choice(STANDARD, "standard")
 
 
 def asked(call: Call) -> Asked:
-    body = call.native.body if call.native is not None else call.body
+    body = call.native.body if call.native is not None else call.lane_fields or call.body
     speed, tier = body.get("speed"), body.get("service_tier")
     return Asked(
         call.headers.get(LANE_HEADER) or None,

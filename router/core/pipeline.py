@@ -51,7 +51,7 @@ from router.core.streaming import Gate, Joiner
 from router.core.validate import SchemaTooCostly
 from router.errors import RouterError, UpstreamError
 from router.policy.decide import Decision, Live, decide
-from router.upstream.base import Chunk, Native, NativeUpstream, Prompt, Reply, Upstream, speaks
+from router.upstream.base import Chunk, Native, NativeUpstream, Prompt, Reply, Speed, Upstream, speaks
 
 if TYPE_CHECKING:
     from router.runtime import Runtime
@@ -262,6 +262,8 @@ async def _reply(router: Runtime, trace: Trace, body: dict[str, Any], tier: str)
     except BaseException:
         trace.released(tier)
         raise
+    if reply.speed is not None:
+        trace.sped(tier, reply.speed)
     trace.answered(tier, reply.prompt)  # a whole answer: the tier's breaker starts counting again
     salvage_reply(trace, tier, reply)  # a call written as text, made structured (router/core/salvage.py)
     choices = reply.data.get("choices")
@@ -290,11 +292,15 @@ async def _chunks(router: Runtime, trace: Trace, body: dict[str, Any], tier: str
     together: list[Chunk] = []  # ready to send, from events received in one read
     failure: UpstreamError | None = None
     prompt: Prompt | None = None  # the server's count of the prompt, on the event with usage
+    speed: Speed | None = None  # the speed it is served at, on the events that say it
     try:
         try:
             async for chunk in source:
                 if chunk.prompt is not None:
                     prompt = chunk.prompt
+                if chunk.speed is not None and chunk.speed is not speed:
+                    speed = chunk.speed
+                    trace.sped(tier, speed)
                 received_more = chunk.more  # read first: the gate clears it on what it lets through
                 together += gate.feed(chunk)
                 if not received_more:

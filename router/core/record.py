@@ -8,6 +8,7 @@ Prometheus counts. `escalation.Trace` decides; a `Record` writes down what it de
     rejected(tier, tool)            a route's verifier rejected `tier`'s call of `tool`
     delivered(tier, message)        the tool calls the client got, to attribute errors it reports later
     prompt(tier, evaluated, reused) the server's count of a prompt: tokens evaluated and reused from its cache
+    speed(tier, speed)              the speed `tier`'s answer was served at; a fast request's fallback
 """
 
 from __future__ import annotations
@@ -17,11 +18,22 @@ from typing import TYPE_CHECKING, Any
 
 from router.core.call import Call
 from router.core.validate import Mistake
-from router.store.base import ESCALATED, MISTAKEN, PROMPT_EVALUATED, PROMPT_REUSED, SALVAGED, Event, RoutedCall
+from router.store.base import (
+    ESCALATED,
+    FALLBACK_PREFIX,
+    MISTAKEN,
+    PROMPT_EVALUATED,
+    PROMPT_REUSED,
+    SALVAGED,
+    SPEED_PREFIX,
+    Event,
+    RoutedCall,
+)
 
 if TYPE_CHECKING:
     from router.metrics import Metrics
     from router.store import Store
+    from router.upstream.base import Speed
 
 Background = Callable[[Coroutine[Any, Any, Any]], None]  # runs a coroutine off the request path
 _ARGUMENTS_KEPT = 2000  # characters of a routed call's arguments kept to recognise it when repeated
@@ -73,6 +85,16 @@ class Record:
         counts = ((PROMPT_EVALUATED, evaluated), (PROMPT_REUSED, reused))
         self.store.record([Event(tier, r, kind=kind, session=s, n=n) for kind, n in counts if n > 0])
         self.metrics.observe_prompt(tier, evaluated, reused)
+
+    def speed(self, tier: str, speed: Speed) -> None:
+        """`tier` answered at `speed` (its provider's word, bounded: router/upstream/speed.py); a
+        fast-mode request answered at standard speed instead is counted by its reason too."""
+        s, r = self.call.session.id, self.route
+        events = [Event(tier, r, kind=SPEED_PREFIX + speed.served, session=s)]
+        if speed.fallback:
+            events.append(Event(tier, r, kind=FALLBACK_PREFIX + speed.fallback, session=s))
+        self.store.record(events)
+        self.metrics.observe_speed(tier, speed.served, speed.fallback)
 
     def delivered(self, tier: str, message: Mapping[str, Any]) -> None:
         calls = [

@@ -9,6 +9,7 @@ the benches.
     tools.py      tool-call answers, broken in each mistake kind (`BAD_KINDS`)
     responses.py  the Responses API's answer shapes
     wire.py       chat completions and Messages on the wire
+    speed.py      fast modes: Anthropic's `speed` (its beta, fast models, rate limit), OpenAI's `service_tier`
 """
 
 from router.fake.config import FakeConfig

@@ -33,6 +33,10 @@ class FakeConfig:
     greedy: bool = False  # the same request, the same answer (as a greedy model), unless it asks for temperature > 0
     # the secret that binds thinking signatures and encrypted reasoning to a model (router/fake/reasoning.py)
     signing_key: str = "agent-router-fake"
+    # Anthropic's fast mode (router/fake/speed.py): models (globs) that take `speed: "fast"` (with the
+    # fast-mode beta header), and fast requests taken per minute before a 429 (0: no limit)
+    fast_models: tuple[str, ...] = ("*",)
+    fast_rate_limit: int = 0
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.bad_kinds if k not in BAD_KINDS]
@@ -53,5 +57,7 @@ class FakeConfig:
             raise ValueError(f"words must be at least 1, got {self.words}")
         if self.n_ctx < 0:
             raise ValueError(f"n_ctx must be 0 (no limit) or more, got {self.n_ctx}")
+        if self.fast_rate_limit < 0:
+            raise ValueError(f"fast_rate_limit must be 0 (no limit) or more, got {self.fast_rate_limit}")
         if self.finish_after < 0:
             raise ValueError(f"finish_after must be 0 (never) or more, got {self.finish_after}")

@@ -25,6 +25,11 @@ Endpoints
                              (/v1/* requests, streamed answers, currently open TCP connections including
                              the caller's, requests refused over reasoning state by kind).
 
+Fast modes (router/fake/speed.py): on /v1/messages ``speed: "fast"`` is taken with the fast-mode beta
+  header for models matching ``fast_models``, else Anthropic's 400; beyond ``fast_rate_limit`` a minute,
+  its 429; ``usage.speed`` says the speed served. Chat and Responses answers carry the ``service_tier``
+  asked for. A refusal draws nothing.
+
 Reasoning state (router/fake/reasoning.py), bound to the request's ``model`` as the providers bind it:
   /v1/messages with ``thinking`` on answers with a signed thinking block first, and refuses with
   Anthropic's 400 a thinking block signed for another model, and (``thinking.type: enabled``) a tool
@@ -106,6 +111,7 @@ from router.fake.responses import (
     response_object,
     responses_tools,
 )
+from router.fake.speed import FastLimit, Refusal, messages_speed, served_tier
 from router.fake.tools import Answer, make_text, tool_answer
 from router.fake.wire import (
     MALFORMED_ANTHROPIC,
@@ -131,6 +137,7 @@ class _State:
         self.requests = 0
         self.streams = 0
         self.refused: Counter[str] = Counter()  # requests refused over reasoning state, by kind
+        self.fast = FastLimit(config.fast_rate_limit)  # Anthropic's fast-mode rate limit (router/fake/speed.py)
         self.server: web.Server | None = None
 
 
@@ -240,6 +247,9 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     size = prompt_size(body) if st.config.n_ctx else 0
     if size and (refusal := too_long(size, st.config.n_ctx, anthropic)) is not None:
         return web.Response(status=400, body=refusal, headers=_JSON)
+    speed = messages_speed(body, request.headers, st.config, st.fast) if anthropic else served_tier(body)
+    if isinstance(speed, Refusal):
+        return web.Response(status=speed.status, body=speed.body, headers=speed.headers)
     rng = _greedy(st, body) or st.rng
     plan = plan_of(request.headers.get("x-fake-fault"), rng, st.config)
     if isinstance(plan, str):
@@ -272,12 +282,16 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     if api == "responses":
         reasoning = reasoning_items(body, key, f"{rid:024x}")
         response = response_object(answer, f"{rid:024x}", model, (prompt, completion), reasoning, offered_tools(body))
+        if speed is not None:
+            response["service_tier"] = speed
         if stream:
             return await _send_stream(request, st, plan, response_events(response), headers, MALFORMED_RESPONSES)
         return await _send_json(request, plan, orjson.dumps(response), headers)
     if anthropic:
         thinking = thinking_blocks(body, key, answer.tool_name)
         message = anthropic_message(answer, f"msg_{rid:024x}", model, (prompt, completion), thinking)
+        if speed is not None:
+            message["usage"]["speed"] = speed
         if stream:
             events = anthropic_events(answer, message)
             return await _send_stream(request, st, plan, events, headers, MALFORMED_ANTHROPIC)
@@ -287,9 +301,9 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     if stream:
         options = body.get("stream_options")
         with_usage = isinstance(options, dict) and options.get("include_usage") is True
-        events = chat_chunks(answer, cid, created, model, usage if with_usage else None)
+        events = chat_chunks(answer, cid, created, model, usage if with_usage else None, speed)
         return await _send_stream(request, st, plan, events, headers, MALFORMED_CHAT)
-    return await _send_json(request, plan, chat_completion(answer, cid, created, model, usage), headers)
+    return await _send_json(request, plan, chat_completion(answer, cid, created, model, usage, speed), headers)
 
 
 _NOT_ASKED = frozenset({"stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens"})

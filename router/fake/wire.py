@@ -83,7 +83,10 @@ def openai_tools(body: dict[str, Any]) -> tuple[Tools, str | None]:
     return out, chosen if isinstance(chosen, str) else None
 
 
-def chat_completion(answer: Answer, cid: str, created: int, model: str, usage: dict[str, int]) -> bytes:
+def chat_completion(
+    answer: Answer, cid: str, created: int, model: str, usage: dict[str, int], service_tier: str | None = None
+) -> bytes:
+    """`service_tier`: the tier that served it, when the request asked for one (router/fake/speed.py)."""
     message: dict[str, Any] = {"role": "assistant", "content": answer.text, "refusal": None}
     finish = "stop"
     if answer.tool_name is not None:
@@ -91,19 +94,25 @@ def chat_completion(answer: Answer, cid: str, created: int, model: str, usage: d
         message["tool_calls"] = [{"id": answer.call_id, "type": "function", "function": function}]
         finish = "tool_calls"
     choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+    served = {"service_tier": service_tier} if service_tier is not None else {}
     return orjson.dumps(
-        {"id": cid, "object": "chat.completion", "created": created, "model": model,
+        {"id": cid, "object": "chat.completion", "created": created, "model": model, **served,
          "system_fingerprint": "fake", "choices": [choice], "usage": usage}
     )  # fmt: skip
 
 
-def chat_chunks(answer: Answer, cid: str, created: int, model: str, usage: dict[str, int] | None) -> list[bytes]:
-    """SSE events shaped like OpenAI's; ``usage`` given means ``stream_options.include_usage``."""
+def chat_chunks(
+    answer: Answer, cid: str, created: int, model: str, usage: dict[str, int] | None, service_tier: str | None = None
+) -> list[bytes]:
+    """SSE events shaped like OpenAI's; ``usage`` given means ``stream_options.include_usage``;
+    ``service_tier`` is in every chunk when given."""
     prefix = b'data: {"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s,' % (
         cid.encode(),
         created,
         orjson.dumps(model),
     )
+    if service_tier is not None:
+        prefix += b'"service_tier":' + orjson.dumps(service_tier) + b","
     prefix += b'"system_fingerprint":"fake",'
     head = prefix + b'"choices":[{"index":0,"delta":'
     end = b',"usage":null}\n\n' if usage is not None else b"}\n\n"

@@ -127,6 +127,14 @@ class Tier(Strict):
         description="prompt tokens this tier takes at most; the least of it and what its server reports "
         "counts (router/core/context.py). Default: what the server reports (llama-server, vLLM, Anthropic)",
     )
+    speed: Literal["fast"] | None = Field(
+        default=None,
+        description="anthropic/* tiers: Anthropic's fast mode (`speed: fast` and its beta header); a call it is "
+        "not available to, or over its rate limit, is answered at standard speed (router/upstream/speed.py)",
+    )
+    service_tier: str | None = Field(
+        default=None, min_length=1, description="openai/* tiers: the `service_tier` asked for (OpenAI: `priority`)"
+    )
 
     @property
     def provider(self) -> str:
@@ -152,6 +160,10 @@ class Tier(Strict):
             raise ValueError("apis: only openai/<id> tiers take it (anthropic/* tiers serve Messages natively)")
         if isinstance(self.api_base, list) and self.provider != "openai":
             raise ValueError("api_base: a list of replicas is for openai/<id> tiers")
+        if (self.speed or "speed" in self.params or "speed" in self.defaults) and self.provider != "anthropic":
+            raise ValueError("speed: only anthropic/* tiers take it (fast mode); openai/* tiers have service_tier")
+        if self.service_tier is not None and self.provider != "openai":
+            raise ValueError("service_tier: a key of openai/* tiers; anthropic/* tiers have speed")
         if (self.sessions.slots or self.sessions.warm) and self.provider != "openai":
             raise ValueError("sessions.slots and sessions.warm are for openai/<id> tiers (llama.cpp, vLLM, SGLang)")
         for base in self.api_bases:

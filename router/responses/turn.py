@@ -30,6 +30,7 @@ from router.api.headers import summary
 from router.core import pipeline
 from router.core.call import Call
 from router.core.escalation import Trace
+from router.core.lanes import LANE_FIELDS
 from router.core.response_state import ResponseCache, ResponseState, Stored, stored
 from router.errors import BadRequest, ContextExceeded, RouterError
 from router.policy.decide import features_of
@@ -115,7 +116,8 @@ def prepare(
     features = features_of(body, headers)
     session = session_of(body, headers, features.prompt_tokens, request=request, conversation=chained)
     passed = Native("responses", native_body(request, history, t.tools), {}) if native else None
-    call = Call(body, headers, features, session, passed)
+    asks = None if native else {k: request[k] for k in LANE_FIELDS if k in request}  # not in a chat body
+    call = Call(body, headers, features, session, passed, lane_fields=asks)
     return Turn(request, new_id("resp"), int(time.time()), call, history, t.new, t.tools, dict(t.left_out))
 
 

@@ -96,6 +96,8 @@ class Counts:
     salvaged: int = 0
     evaluated: int = 0  # prompt tokens the server evaluated
     reused: int = 0  # prompt tokens it reused from its cache
+    speeds: dict[str, int] = field(default_factory=dict)  # answers by the speed they were served at
+    fallbacks: dict[str, int] = field(default_factory=dict)  # fast-mode requests served at standard, by reason
 
     def to_json(self) -> dict[str, Any]:
         rate = min(1.0, round(self.mistaken / self.calls, 4)) if self.calls else (1.0 if self.mistaken else 0.0)
@@ -107,6 +109,8 @@ class Counts:
             "escalations": self.escalations,
             "salvaged": self.salvaged,
             **(prompt if self.evaluated or self.reused else {}),
+            **({"speeds": dict(sorted(self.speeds.items()))} if self.speeds else {}),
+            **({"fast_mode_fallbacks": dict(sorted(self.fallbacks.items()))} if self.fallbacks else {}),
         }
 
 
@@ -122,6 +126,12 @@ SALVAGED = "salvaged"
 # kept prefix, router/sessions/affinity.py), by the server's own count (`prompt_tokens` in stats).
 PROMPT_EVALUATED = "prompt_evaluated"
 PROMPT_REUSED = "prompt_reused"
+
+# Not mistakes either: an answer's speed as its provider said it (`speeds` in stats: fast, standard,
+# OpenAI's service_tier), and a fast-mode request answered at standard speed, by reason
+# (`fast_mode_fallbacks`: unavailable, rate_limited). router/upstream/speed.py
+SPEED_PREFIX = "speed_"
+FALLBACK_PREFIX = "fast_fallback_"
 
 # -- shadow samples -------------------------------------------------------------------------------
 # Not mistakes nor answers either: the outcome of one shadow comparison of a route's answer
@@ -176,8 +186,9 @@ LANE_OUTCOMES = ("served", "standard", "capped", "refused", "busy")
 
 
 def counted_apart(kind: str) -> bool:
-    """Kinds that are neither answers nor mistakes: escalations, salvages, shadow verdicts, lane outcomes."""
-    return kind in _APART or is_shadow(kind) or kind.startswith(LANE_PREFIX)
+    """Kinds that are neither answers nor mistakes: escalations, salvages, shadow verdicts, lane outcomes,
+    speeds and fast-mode fallbacks."""
+    return kind in _APART or is_shadow(kind) or kind.startswith((LANE_PREFIX, SPEED_PREFIX, FALLBACK_PREFIX))
 
 
 _APART = frozenset((ESCALATED, MISTAKEN, SALVAGED, PROMPT_EVALUATED, PROMPT_REUSED))
@@ -214,6 +225,12 @@ def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
                 c.evaluated += n
             elif kind == PROMPT_REUSED:
                 c.reused += n
+            elif kind.startswith(SPEED_PREFIX):
+                speed = kind[len(SPEED_PREFIX) :]
+                c.speeds[speed] = c.speeds.get(speed, 0) + n
+            elif kind.startswith(FALLBACK_PREFIX):
+                reason = kind[len(FALLBACK_PREFIX) :]
+                c.fallbacks[reason] = c.fallbacks.get(reason, 0) + n
             elif kind:
                 c.mistakes[kind] = c.mistakes.get(kind, 0) + n
             else:

@@ -113,6 +113,13 @@ def fake_upstream(
     n_ctx: Annotated[
         int, typer.Option(help="a context in tokens, as llama-server's: longer prompts refused (0: no limit)")
     ] = 0,
+    fast_model: Annotated[
+        list[str] | None,
+        typer.Option(help="Messages models (globs) with fast mode, `speed: fast` (repeatable; default: every model)"),
+    ] = None,
+    fast_rate_limit: Annotated[
+        int, typer.Option(help="fast-mode requests taken per minute before a 429 (0: no limit)")
+    ] = 0,
 ) -> None:
     """Run the deterministic, fault-injecting fake model server (OpenAI-compatible)."""
     from router.fake import FakeConfig, run_fake
@@ -141,6 +148,8 @@ def fake_upstream(
         endless=endless,
         n_ctx=n_ctx,
         greedy=greedy,
+        fast_models=tuple(fast_model) if fast_model else ("*",),
+        fast_rate_limit=fast_rate_limit,
     )
     typer.echo(f"fake upstream on http://{host}:{port}/v1")
     run_fake(config, host, port)

@@ -13,30 +13,37 @@ request replays this tier sends only its own model's, as the model wrote them �
 model's, which Anthropic would refuse (a 400 that ends the session). Where that leaves a tool loop's
 final assistant turn without its leading thinking block, the call is made without thinking.
 
+Fast mode (router/upstream/speed.py): a request with `speed: "fast"` — the tier's `speed: fast`, or
+the client's own — goes with the fast-mode beta among its `anthropic-beta` values; refused as not
+available or over the fast-mode rate limit, it is sent once more at standard speed before anything
+reached the client. Each answer says its speed (`Reply.speed`, the `Chunk.speed` of `message_start`).
+
 Chat-completions and Responses clients routed here go through litellm (litellm_adapter.py), which
-translates to and from Messages. It is imported on the first such call, so a tier that serves only
-Messages clients needs no litellm; without it, such a call fails with `ExtraMissing`, which names
-the extra to install.
+translates to and from Messages (and is not sent `speed`: they are answered at standard speed). It
+is imported on the first such call, so a tier that serves only Messages clients needs no litellm;
+without it, such a call fails with `ExtraMissing`, which names the extra to install.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import orjson
 
-from router.errors import ExtraMissing, UpstreamError, upstream_text
+from router.errors import ExtraMissing, UpstreamError, UpstreamStatus, upstream_text
 from router.policy.model import Tier
 from router.sessions import Session
 from router.sessions.provenance import MessagesMarks, mark_message, messages_request, model_tag
-from router.upstream.base import Chunk, Limits, Native, Reply, native_event, token_count
+from router.upstream.base import Chunk, Limits, Native, Reply, Speed, native_event, token_count
 from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
 from router.upstream.messages_view import chat_message, finish_reason
+from router.upstream.speed import fallback, messages_speed, with_fast_beta
 
 ANTHROPIC_API = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
+_STANDARD = Speed("standard")
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 
 
@@ -64,31 +71,56 @@ class AnthropicUpstream(PooledHTTP):
         return self._chat
 
     async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply:
-        return await (await self._translating()).complete(body, deadline)
+        reply = await (await self._translating()).complete(body, deadline)
+        reply.speed = _STANDARD  # litellm is not sent `speed`
+        return reply
 
     async def stream(
         self, body: dict[str, Any], deadline: float, session: Session | None = None
     ) -> AsyncIterator[Chunk]:
         chunks = (await self._translating()).stream(body, deadline)
+        first = True
         try:
             async for chunk in chunks:
+                if first:
+                    chunk.speed, first = _STANDARD, False
                 yield chunk
         finally:
             await chunks.aclose()
 
-    def _request(self, native: Native, stream: bool) -> tuple[bytes, dict[str, str]]:
+    def _request(self, native: Native, stream: bool, fast: bool = True) -> tuple[bytes, dict[str, str], bool]:
+        """The request's body and headers, and whether it asks for fast mode (`fast=False`: at
+        standard speed, as a refused fast request is sent again)."""
         merged = {**self.config.defaults, **native.body, **self.config.params, "model": self.model}
+        if self.config.speed is not None:
+            merged["speed"] = self.config.speed
+        if not fast:
+            merged.pop("speed", None)
         body = messages_request(merged, self.tag)  # only this model's reasoning state
         if stream:
             body["stream"] = True
         else:
             body.pop("stream", None)
         headers = {k: v for k, v in native.headers.items() if k in FORWARDED_HEADERS}
-        return orjson.dumps(body), headers
+        if fast := body.get("speed") == "fast":
+            headers = with_fast_beta(headers)
+        return orjson.dumps(body), headers, fast
 
     async def complete_native(self, native: Native, deadline: float, session: Session | None = None) -> Reply:
-        data, headers = self._request(native, False)
-        return await self.post_json(self.url, data, deadline, self._message, headers)
+        data, headers, fast = self._request(native, False)
+        try:
+            reply = await self.post_json(self.url, data, deadline, self._message, headers)
+        except UpstreamStatus as exc:
+            reason = fallback(exc) if fast else None
+            if reason is None:
+                raise
+        else:
+            reply.speed = messages_speed((reply.native or {}).get("usage"), fast)
+            return reply
+        data, headers, _ = self._request(native, False, fast=False)  # at standard speed, once
+        reply = await self.post_json(self.url, data, deadline, self._message, headers)
+        reply.speed = messages_speed((reply.native or {}).get("usage"), False, reason)
+        return reply
 
     def _message(self, raw: bytes, message: dict[str, Any]) -> Reply:
         if _malformed(message, _MESSAGE_FIELDS) or not isinstance(message.get("content"), list):
@@ -98,9 +130,38 @@ class AnthropicUpstream(PooledHTTP):
         return Reply(_completion(message), raw, native=message)
 
     def stream_native(self, native: Native, deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
-        data, headers = self._request(native, True)
-        view = ChatView(self.tier, self._secrets, MessagesMarks(self.tag))
-        return self.post_events(self.url, data, deadline, view.chunk, headers)
+        data, headers, fast = self._request(native, True)
+        view = ChatView(self.tier, self._secrets, MessagesMarks(self.tag), fast)
+        events = self.post_events(self.url, data, deadline, view.chunk, headers)
+        return self._falling_back(native, deadline, events) if fast else events
+
+    async def _falling_back(
+        self, native: Native, deadline: float, events: AsyncGenerator[Chunk, None]
+    ) -> AsyncIterator[Chunk]:
+        """A fast-mode stream; refused before its first event, the request at standard speed instead."""
+        try:
+            try:
+                first = await anext(events, None)
+            except UpstreamStatus as exc:
+                reason = fallback(exc)
+                if reason is None:
+                    raise
+            else:
+                if first is not None:
+                    yield first
+                async for chunk in events:
+                    yield chunk
+                return
+        finally:
+            await events.aclose()
+        data, headers, _ = self._request(native, True, fast=False)
+        view = ChatView(self.tier, self._secrets, MessagesMarks(self.tag), False, reason)
+        standard = self.post_events(self.url, data, deadline, view.chunk, headers)
+        try:
+            async for chunk in standard:
+                yield chunk
+        finally:
+            await standard.aclose()
 
     async def context_window(self, deadline: float) -> int | None:
         """The model's `max_input_tokens` (GET /v1/models/{model}), else what litellm knows of it
@@ -162,10 +223,18 @@ class ChatView:
     """Messages stream events → the chat.completion.chunk each one amounts to (for the Gate and the
     validator), kept with the event itself in `Chunk.native`."""
 
-    def __init__(self, tier: str, secrets: tuple[str, ...], marks: MessagesMarks | None = None) -> None:
+    def __init__(
+        self,
+        tier: str,
+        secrets: tuple[str, ...],
+        marks: MessagesMarks | None = None,
+        fast: bool = False,
+        fallback: str | None = None,
+    ) -> None:
         self.tier = tier
         self.secrets = secrets
         self.marks = marks  # marks the thinking blocks' signatures with the tier's model
+        self.fast, self.fallback = fast, fallback  # what the request asked for, and why it is at standard speed
         self.id = ""
         self.model = ""
         self._calls: dict[int, int] = {}  # tool_use block index → tool-call index
@@ -188,6 +257,9 @@ class ChatView:
         delta, finish = self._delta(event)
         choices = [] if event["type"] == "message_stop" else [{"index": 0, "delta": delta, "finish_reason": finish}]
         data = {"id": self.id, "object": "chat.completion.chunk", "model": self.model, "choices": choices}
+        if event["type"] == "message_start":  # its usage says the speed the answer is served at
+            speed = messages_speed((event.get("message") or {}).get("usage"), self.fast, self.fallback)
+            return Chunk(data, None, native=event, speed=speed)
         return Chunk(data, None, native=event)
 
     def _delta(self, event: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

@@ -45,12 +45,24 @@ class Prompt:
     reused: int
 
 
+@dataclass(frozen=True, slots=True)
+class Speed:
+    """The speed an answer was served at, in its provider's words (router/upstream/speed.py):
+    Anthropic's `usage.speed` ("fast", "standard"), OpenAI's `service_tier` ("default", "priority",
+    ...); `fallback`: why a fast-mode request was answered at standard speed ("unavailable",
+    "rate_limited")."""
+
+    served: str
+    fallback: str | None = None
+
+
 @dataclass(slots=True)
 class Reply:
     data: dict[str, Any]
     raw: bytes | None = None  # the upstream's exact body; forwarded untouched when present
     native: dict[str, Any] | None = None  # the answer in the client's own API, from a tier that speaks it
     prompt: Prompt | None = None  # the server's count of the prompt, where it gives one
+    speed: Speed | None = None  # the speed it was served at, where its provider says (or the router knows)
 
 
 @dataclass(slots=True)
@@ -61,6 +73,7 @@ class Chunk:
     native: dict[str, Any] | None = None  # the upstream's event in the client's own API (pass-through)
     prompt: Prompt | None = None  # the server's count of the prompt (on the event that carries usage)
     beat: bool = False  # no answer yet: a keep-alive for the client (router/core/pipeline.py's `stream`)
+    speed: Speed | None = None  # the speed the answer is served at (on the events that say it)
 
 
 class Tiers(Protocol):

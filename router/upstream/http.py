@@ -338,6 +338,7 @@ class PooledHTTP:
             f"tier {self.tier!r} answered HTTP {resp.status}: {message}",
             tier=self.tier,
             upstream_status=resp.status,
+            detail=message,
         )
 
 

@@ -125,8 +125,8 @@ class LitellmUpstream:
             return ContextExceeded(tier=self.tier, prompt_tokens=too_long[0], window=too_long[1])
         message = upstream_text(text, self._secrets)
         if isinstance(status, int) and status >= 400:
-            message = f"tier {self.tier!r} answered HTTP {status}: {message}"
-            return UpstreamStatus(message, tier=self.tier, upstream_status=status)
+            said = f"tier {self.tier!r} answered HTTP {status}: {message}"
+            return UpstreamStatus(said, tier=self.tier, upstream_status=status, detail=message)
         return UpstreamError(f"tier {self.tier!r} failed ({type(exc).__name__})", tier=self.tier)
 
     async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply:

@@ -4,6 +4,8 @@ A tier keeps each session's prompt prefix where its policy says (`sessions`, rou
 on one replica of an `api_base` list, and on llama.cpp's llama-server in one slot (`id_slot` +
 `cache_prompt`); `prefill` reads a session's prompt into its slot ahead of a call (router/core/warming.py).
 The server's own count of each prompt — tokens evaluated and reused — comes with the answer (`Prompt`).
+A tier's `service_tier` is sent with every request, and the answer's `service_tier` comes with it
+(`Speed`, router/upstream/speed.py); `speed`, Anthropic's, is never sent: no OpenAI API takes it.
 
 A tier with `apis: [responses]` also takes Responses calls as they are (`complete_native` /
 `stream_native`, POST {api_base}/responses); router/upstream/responses_view.py has what that needs.
@@ -37,6 +39,7 @@ from router.upstream.context import props_window, served_window
 from router.upstream.http import PooledHTTP
 from router.upstream.responses_tools import ToolMap
 from router.upstream.responses_view import ChatView, completion_of
+from router.upstream.speed import served
 
 log = logging.getLogger("router.upstream")
 
@@ -67,7 +70,7 @@ class OpenAICompatUpstream(PooledHTTP):
             self._headers["authorization"] = f"Bearer {self._key}"
 
     def _payload(self, body: dict[str, Any], stream: bool, slot: int | None = None) -> bytes:
-        out = {**self.config.defaults, **body, **self.config.params, "model": self.config.upstream_model}
+        out = self._fields({**self.config.defaults, **body, **self.config.params, "model": self.config.upstream_model})
         if slot is not None:  # llama.cpp's llama-server: this slot, whose kept prompt is the session's
             out["id_slot"], out["cache_prompt"] = slot, True
         if "tool_choice" not in body and not body.get("tools"):
@@ -86,6 +89,13 @@ class OpenAICompatUpstream(PooledHTTP):
         if system is not None and out.get("tools") and isinstance(messages, list) and _no_system(messages):
             out["messages"] = [{"role": "system", "content": system}, *messages]
         return orjson.dumps(out)
+
+    def _fields(self, out: dict[str, Any]) -> dict[str, Any]:
+        """`out` with the tier's `service_tier`, and without Anthropic's `speed`."""
+        out.pop("speed", None)
+        if self.config.service_tier is not None:
+            out["service_tier"] = self.config.service_tier
+        return out
 
     def chat_payload(self, body: dict[str, Any]) -> bytes:
         """The JSON body a non-streamed chat request sends to this tier (defaults, params, `tools_system`)."""
@@ -199,14 +209,14 @@ class OpenAICompatUpstream(PooledHTTP):
         if problem := _malformed(data, "message"):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
         self.llama_cpp = self.llama_cpp or "timings" in data
-        prompt = prompt_of(data)
+        prompt, speed = prompt_of(data), served(data.get("service_tier"))
         if not legacy and _drop_legacy_call(data):
-            return Reply(data, prompt=prompt)  # re-encoded without it
-        return Reply(data, raw, prompt=prompt)
+            return Reply(data, prompt=prompt, speed=speed)  # re-encoded without it
+        return Reply(data, raw, prompt=prompt, speed=speed)
 
     def _native_payload(self, native: Native, stream: bool) -> bytes:
         merged = {**self.config.defaults, **native.body, **self.config.params, "model": self.config.upstream_model}
-        body = responses_input(merged, self.tag)  # only this model's encrypted reasoning
+        body = responses_input(self._fields(merged), self.tag)  # only this model's encrypted reasoning
         if "tool_choice" not in native.body and not native.body.get("tools"):
             body.pop("tool_choice", None)
         if self.config.max_output_tokens is not None:
@@ -238,7 +248,9 @@ class OpenAICompatUpstream(PooledHTTP):
             raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)
         if problem := _malformed(data, "delta"):
             raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event ({problem})", tier=self.tier)
-        return Chunk(data, raw, prompt=prompt_of(data) if "usage" in data or "timings" in data else None)
+        prompt = prompt_of(data) if "usage" in data or "timings" in data else None
+        tier = data.get("service_tier")  # OpenAI's: in every chunk
+        return Chunk(data, raw, prompt=prompt, speed=served(tier) if tier is not None else None)
 
     # -- context (router/upstream/context.py) ---------------------------------------------------
     @property
@@ -308,7 +320,8 @@ def _response(raw: bytes, response: dict[str, Any], tools: ToolMap, tag: str) ->
     if not isinstance(response.get("output"), list):
         raise ValueError("a response without an output list")
     marked = mark_items(response["output"], tag)  # its encrypted reasoning, marked with the tier's model
-    return Reply(completion_of(response, tools), None if marked else raw, native=response)
+    speed = served(response.get("service_tier"))
+    return Reply(completion_of(response, tools), None if marked else raw, native=response, speed=speed)
 
 
 def _drop_legacy_call(data: dict[str, Any]) -> bool:

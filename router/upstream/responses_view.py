@@ -22,9 +22,12 @@ from router.errors import UpstreamError, upstream_text
 from router.sessions.provenance import mark_event
 from router.upstream.base import Chunk, native_event, token_count
 from router.upstream.responses_tools import ToolMap, freeform_arguments
+from router.upstream.speed import served
 
 _CALLS = ("function_call", "custom_tool_call")
 _DELTAS = ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta")
+# the events whose response says its `service_tier` (the one asked for first, the one it got at the end)
+_SAY_TIER = ("response.created", "response.completed", "response.incomplete")
 
 
 def _usage(usage: Any) -> dict[str, int] | None:
@@ -103,6 +106,8 @@ class ChatView:
         delta, finish = self._delta(event, data)
         data["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
         data["id"], data["model"] = self.id, self.model
+        if event["type"] in _SAY_TIER and isinstance(response := event.get("response"), dict):
+            return Chunk(data, None, native=event, speed=served(response.get("service_tier")))
         return Chunk(data, None, native=event)
 
     def _delta(self, event: dict[str, Any], data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

@@ -56,6 +56,7 @@ def test_shipped_policies_are_found() -> None:
         "examples/fake.yaml",
         "examples/anthropic-full.yaml",
         "examples/lanes.yaml",
+        "examples/fast-mode.yaml",
     } <= names
 
 

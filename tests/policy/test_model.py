@@ -63,6 +63,23 @@ def test_tier_context_window() -> None:
             Tier(model="openai/x", api_base="http://h/v1", context_window=bad)
 
 
+def test_a_tier_asks_for_its_providers_fast_mode_only() -> None:
+    """`speed` (Anthropic's fast mode) on anthropic/* tiers, `service_tier` on openai/* tiers: a tier
+    is never configured to send a field its API does not take."""
+    assert Tier(model="anthropic/claude-opus-4-6", speed="fast").speed == "fast"
+    assert Tier(model="openai/gpt-5", api_base="http://h/v1", service_tier="priority").service_tier == "priority"
+    assert Tier(model="anthropic/claude-opus-4-6").speed is None  # standard speed unless asked
+    for bad, message in (
+        ({"model": "openai/gpt-5", "api_base": "http://h/v1", "speed": "fast"}, "only anthropic/"),
+        ({"model": "openai/gpt-5", "api_base": "http://h/v1", "params": {"speed": "fast"}}, "only anthropic/"),
+        ({"model": "gemini/gemini-2.5-pro", "defaults": {"speed": "fast"}}, "only anthropic/"),
+        ({"model": "anthropic/claude-opus-4-6", "service_tier": "priority"}, "openai/"),
+        ({"model": "anthropic/claude-opus-4-6", "speed": "turbo"}, "speed"),
+    ):
+        with pytest.raises(ValidationError, match=message):
+            Tier.model_validate(bad)
+
+
 def test_openai_tier_needs_api_base() -> None:
     with pytest.raises(ValidationError, match="needs api_base"):
         Tier(model="openai/x")
