@@ -18,6 +18,7 @@ BODY_IN = "router.body_in"
 # -- checks and judges (validate.py, verify.py, shadow.py) -----------------------------------------
 MAX_SCHEMAS = 512  # compiled tool schemas kept (LRU): a few agents' tool sets, each compiled once
 MAX_RULES = 64  # compiled text-call rule sets kept (LRU), one per distinct set of offered tools
+SCORE_TOP = 10  # logprobs per echoed token when a tier scores a call (`via: echo`): the call's token is among them
 MAX_TOOL_SETS = 64  # offered tool lists kept read (LRU): the few an agent sends, each read once
 TOOL_SET_BYTES = 64 * 1024  # a longer tool list (its JSON) is read per call, not kept: 64 lists of it at most
 VERDICT_CACHE_ENTRIES = 4096  # judge verdicts kept by (call, context) hash (LRU): a repeated call is judged once

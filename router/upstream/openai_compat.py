@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from router.constants import SCORE_TOP
 from router.errors import UpstreamError, UpstreamStatus, upstream_text
 from router.policy.model import Tier
 from router.sessions import Session
@@ -45,9 +46,6 @@ log = logging.getLogger("router.upstream")
 
 # what a server without llama-server's /apply-template and /tokenize answers there
 _NOT_HERE = frozenset({401, 403, 404, 405, 501})
-
-
-SCORE_TOP = 10  # logprobs per echoed token (llama-cpp-python's `logprobs`): the call's token is found among them
 
 
 class OpenAICompatUpstream(PooledHTTP):
