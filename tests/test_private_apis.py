@@ -342,6 +342,8 @@ async def test_a_request_through_the_guarded_protocol() -> None:
     answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
     assert transport.writes == [answer, answer]  # each response's head with its body, in one write
     assert protocol in Idle.of(protocol).kept and tripped == []
+    protocol.connection_lost(None)
+    assert protocol not in state.connections and transport.closed
 
 
 # -- the pins: Starlette -------------------------------------------------------------------------
