@@ -115,6 +115,7 @@ class App(Starlette):
         super().__init__(**kwargs)
         self.outer = list(outer)
 
+    # private API: starlette-middleware-stack, see docs/architecture.md
     def build_middleware_stack(self) -> ASGIApp:
         app = super().build_middleware_stack()
         for cls, args, kwargs in reversed(self.outer):
@@ -146,6 +147,7 @@ class Direct:
 def _route_path(scope: Scope) -> str:
     """The request's path within the app (mounted in another: without the mount's prefix), as
     Starlette's routing reads it."""
+    # private API: starlette-route-path, see docs/architecture.md (starlette._utils.get_route_path)
     path: str = scope["path"]
     root: str = scope.get("root_path", "")
     if root and path.startswith(root) and path != root and path[len(root)] == "/":

@@ -43,6 +43,8 @@ import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
+# private API: uvicorn-protocol-limits, see docs/architecture.md (the *_impl protocols, subclassed below)
+# private API: uvicorn-body-arrival, see docs/architecture.md (HIGH_WATER_LIMIT)
 import uvicorn
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -92,6 +94,7 @@ class Idle:
     @staticmethod
     def of(protocol: Any) -> Idle:
         """The server's (kept in uvicorn's state, which all its connections share)."""
+        # private API: uvicorn-protocol-limits, see docs/architecture.md (an attribute of ours on uvicorn's ServerState)
         state = protocol.server_state
         idle: Idle | None = getattr(state, "router_idle", None)
         if idle is None:
@@ -134,6 +137,7 @@ class BodyArrival(asyncio.Event):
     cycle would leave every request's scope and headers to the garbage collector (pauses of 10 ms
     and more under load) instead of freeing them when the request ends."""
 
+    # private API: uvicorn-body-arrival, see docs/architecture.md (the cycle's message_event, replaced)
     __slots__ = ("_cycle",)
 
     def __init__(self, cycle: Any) -> None:
@@ -187,6 +191,7 @@ class OneWrite:
 def _guarded(base: type[Any], name: str) -> type[Any]:
     """`base` (an uvicorn HTTP protocol) with the limits above."""
 
+    # private API: uvicorn-protocol-limits, see docs/architecture.md
     class Guarded(base):  # type: ignore[misc]
         _router: Runtime | None = None
         _calls: ConnectionCalls | None = None
@@ -230,14 +235,18 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
         def on_headers_complete(self) -> None:  # httptools: a request's head is in, its cycle made
             super().on_headers_complete()
             if self.cycle is not None:
+                # private API: uvicorn-one-write, see docs/architecture.md
                 self.cycle.transport = OneWrite(self.transport, self.loop)
+                # private API: uvicorn-body-arrival, see docs/architecture.md
                 self.cycle.message_event = BodyArrival(self.cycle)
+                # private API: uvicorn-scope-keys, see docs/architecture.md
                 if self._calls is not None:  # the calls it admits end when the connection is lost
                     self.scope[ConnectionCalls.KEY] = self._calls
 
         def on_message_complete(self) -> None:  # httptools: the request's whole body is buffered
             super().on_message_complete()
             if self.cycle is not None and not self.cycle.response_complete:
+                # private API: uvicorn-scope-keys, see docs/architecture.md
                 self.scope[BODY_IN] = True
 
         def on_response_complete(self) -> None:
@@ -306,8 +315,10 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
     return Guarded
 
 
+# private API: uvicorn-protocol-limits, see docs/architecture.md
 GuardedH11 = _guarded(H11Protocol, "GuardedH11")
 try:
+    # private API: uvicorn-protocol-limits, see docs/architecture.md
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 except ImportError:  # pragma: no cover - uvicorn[standard] brings httptools
     GuardedHTTP = GuardedH11
@@ -320,6 +331,7 @@ class GuardedWebSockets(WebSocketsSansIOProtocol):
     """At shutdown, a WebSocket stays open until the router has ended its running response (an
     `error` event), then closes with 1012."""
 
+    # private API: uvicorn-protocol-limits, see docs/architecture.md
     def shutdown(self) -> None:
         router = _router(self)
         if router is None:
@@ -360,6 +372,7 @@ class Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        # private API: uvicorn-server, see docs/architecture.md
         state = getattr(self.lifespan, "state", None)
         router = state.get("router") if isinstance(state, dict) else None
         if router is None or not self.started:

@@ -78,6 +78,7 @@ class BufferedStream(logging.StreamHandler[TextIO]):
         self._chars = 0
         self._waiting = threading.Event()  # lines are in the buffer
         self._now = threading.Event()  # one of them is a warning, or the buffer is full: write without waiting
+        # private API: logging-handler-lock, see docs/architecture.md
         self._taken = threading.Condition(self.lock)  # the lines were taken to be written
         self._out: deque[str] = deque()  # batches taken, in order, to be written
         self._writing = threading.Lock()  # held by the one thread writing `_out` (never with the lock held)

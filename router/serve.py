@@ -50,6 +50,7 @@ def configure_logging(level: str, settings: Settings | None = None) -> None:
     configure(level, interval, settings.log_buffer_bytes if settings else default("log_buffer_bytes"))
     # What the log's format never shows is not collected for every record (the access log writes one
     # per request): the caller's file and line, thread, process (the logging HOWTO's "Optimization").
+    # private API: logging-srcfile, see docs/architecture.md
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
 

@@ -70,6 +70,7 @@ def _worker(factory: str, options: dict[str, Any], ready: Event) -> None:
     from router.connections import Server as RouterServer
 
     class Server(RouterServer):
+        # private API: uvicorn-server, see docs/architecture.md
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
             if self.started and not self.should_exit:

@@ -90,6 +90,7 @@ class SSEResponse(StreamingResponse):
         super().__init__(frames, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
         self.admission = admission
 
+    # private API: starlette-stream-response, see docs/architecture.md
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await self.stream_response(send)

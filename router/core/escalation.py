@@ -86,6 +86,7 @@ async def _after_first(attempts: AsyncRetrying, first: Escalate) -> AsyncIterato
     and its state refer to each other, and the exception it raises last refers to both (through
     its traceback) — cycles that would leave them, and the call's objects in the frames of that
     traceback, to the garbage collector instead of freeing them at once."""
+    # private API: tenacity-loop-state, see docs/architecture.md (the loop taken up after its first attempt)
     replay: Escalate | None = first
     del first
     state: RetryCallState | None = None
@@ -99,6 +100,7 @@ async def _after_first(attempts: AsyncRetrying, first: Escalate) -> AsyncIterato
                 raise replay
             replay = None  # the outcome is tenacity's now; no reference from this frame to its traceback
     finally:
+        # private API: tenacity-loop-state, see docs/architecture.md
         attempts.iter_state.reset()  # the loop's pending actions: its own bound methods
         if state is not None:
             state.outcome = None

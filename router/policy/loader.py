@@ -64,6 +64,7 @@ class _LineLoader(yaml.SafeLoader):
     `yes`, `no` and `off` are booleans too.
     """
 
+    # private API: yaml-implicit-resolvers, see docs/architecture.md (no public way to drop a resolver)
     yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()

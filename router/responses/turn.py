@@ -2,8 +2,9 @@
 
     previous(request, conn, state)     the `Stored` history its `previous_response_id` names (the
                                        connection's cache, then the process's, then the store), or 400
-    prepare(request, headers, prev)    → Turn: the chat body as a `Call` (with the request itself for tiers
-                                       that serve Responses: native.py), the new messages, the session
+    prepare(request, headers, prev)    → Turn: the chat body as a `Call` (with the request itself, `native_body`,
+                                       for tiers that serve Responses: router/upstream/openai_compat.py),
+                                       the new messages, the session
     complete(router, turn, save)       → (trace, Response object)          non-streaming
     events(turn, trace, chunks, save)  → Responses events of a pipeline stream
     warm_up(turn, save)                → created + completed events of `generate: false`

@@ -351,6 +351,7 @@ class Lookup:
 
 
 async def redis_rows(client: Redis, prefix: str, response_id: str, options: StoreOptions) -> Lookup:
+    # private API: redis-never-decode, see docs/architecture.md
     from redis.client import NEVER_DECODE
     from redis.exceptions import NoScriptError
 

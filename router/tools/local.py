@@ -8,7 +8,7 @@ both tiers (router/sessions, router/core/warming.py). Gemma runs on llama-cpp-py
 
     port_free()       can the proxy or a server bind 127.0.0.1:port?
     local_children()  the fast and full servers and the proxy, as processes to start (the agents'
-                      tests and bench/agent_session.py start them too)
+                      tests and bench/agent_session/ start them too)
     run_local()       fast + full + proxy, a progress display, supervision, a clean stop
 
 The model, the child processes and the servers' flags are in router/tools/llama.py (`Child`,

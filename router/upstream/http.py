@@ -55,6 +55,7 @@ class _Connector(aiohttp.TCPConnector):
     again whenever a call is cut off (a client that leaves, an endless answer). Hooks aiohttp's
     (pinned) connector; tests/upstream/test_connections.py checks the path and its failures."""
 
+    # private API: aiohttp-connector, see docs/architecture.md
     async def _wrap_create_connection(self, *args: Any, addr_infos: list[Any], **kwargs: Any) -> Any:
         family, _, proto, _, address = addr_infos[0]
         if len(addr_infos) != 1 or family != socket.AF_INET or kwargs.get("ssl") or self._local_addr_infos:
