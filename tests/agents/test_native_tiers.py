@@ -50,11 +50,14 @@ class Tiers:
 
 
 def policy(fast: FakeServer, full: FakeServer, fast_model: str, full_model: str, provider: str) -> str:
-    """Tool calls to fast, escalation to full, one sticky call after an agent-reported error."""
+    """Tool calls to fast, escalation to full, one sticky call after an agent-reported error. Of one
+    Anthropic model, fast is its fast mode (`speed: fast`): the same model, faster."""
 
     def tier(name: str, model: str, fake: FakeServer) -> str:
         if provider == "anthropic":
-            return f"  {name}:\n    model: anthropic/{model}\n    api_base: {root(fake.url)}\n    api_key: {KEY}\n"
+            speed = "    speed: fast\n" if name == "fast" and fast_model == full_model else ""
+            base = root(fake.url)
+            return f"  {name}:\n    model: anthropic/{model}\n    api_base: {base}\n    api_key: {KEY}\n{speed}"
         return (f"  {name}:\n    model: openai/{model}\n    api_base: {fake.url}\n    api_key: {KEY}\n"
                 "    apis: [responses]\n")  # fmt: skip
 
@@ -139,7 +142,8 @@ async def test_claude_code_on_fast_mode_lanes_of_one_model_keeps_its_thinking(ti
     assert code == 0, f"exit {code}\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}"
     fast = [r["body"] for r in await fake_requests(tiers.fast.url, path="/v1/messages")]
     assert await refused(tiers.fast) == {} and await refused(tiers.full) == {}
-    assert any(reasoning_of(b) for b in fast)  # full's thinking reached fast: the same model, kept
+    assert fast and all(b.get("speed") == "fast" for b in fast)  # fast mode, as Anthropic takes it
+    assert any(reasoning_of(b) for b in fast)  # full's thinking reached fast mode: the same model, kept
     assert tiers.seen.failures() == []
 
 
