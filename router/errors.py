@@ -39,6 +39,8 @@ from typing import Any, ClassVar
 
 import orjson
 
+from router.mistakes import TIMEOUT, UPSTREAM_ERROR
+
 _SECRET_PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{6,}"),
     re.compile(r"(?i)((?:api[_-]?key|key|token|secret|password|sig)=)[^&\s\"']+"),
@@ -218,7 +220,7 @@ class UpstreamError(RouterError):
     type = "upstream_error"
     code = "upstream_error"
     should_retry = False  # the router already retried and escalated; the SDK must not multiply that
-    mistake: ClassVar[str] = "upstream_error"
+    mistake: ClassVar[str] = UPSTREAM_ERROR
     tier_fault: ClassVar[bool] = True  # counted by the tier's breaker (router/core/breaker.py)
 
     def __init__(self, message: str, *, tier: str = "", status: int | None = None) -> None:
@@ -230,7 +232,7 @@ class UpstreamTimeout(UpstreamError):
     status = 504
     type = "timeout_error"
     code = "timeout"
-    mistake = "timeout"
+    mistake = TIMEOUT
 
 
 class ExtraMissing(UpstreamError):

@@ -25,6 +25,8 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from router.mistakes import AGENT_REPORTED_ERROR
+
 if TYPE_CHECKING:
     from router.store.base import RoutedCall
 
@@ -194,7 +196,7 @@ class Metrics:
 
     def observe_agent_errors(self, calls: Sequence[RoutedCall]) -> None:
         for c in calls:
-            self.mistakes.labels(c.tier, c.route, "agent_reported_error").inc()
+            self.mistakes.labels(c.tier, c.route, AGENT_REPORTED_ERROR).inc()
 
     def observe_call(self, tier: str, route: str, escalated: bool, ttft: float, total: float) -> None:
         key = (tier, route, escalated)

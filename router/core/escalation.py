@@ -54,6 +54,7 @@ from router.core.repeats import Seen, resampled
 from router.core.validate import Mistake
 from router.core.verify import verify
 from router.errors import ChecksFailed, ChecksFailedRepeatedly, ContextExceeded, TierOpen, UpstreamError, UpstreamStatus
+from router.mistakes import CONTEXT_EXCEEDED, REPAIRABLE, TIER_OPEN, VERIFIER_REJECT
 from router.policy.decide import Decision, fits
 from router.policy.model import Breaker, Policy
 from router.upstream.base import Prompt, Speed
@@ -66,7 +67,6 @@ log = logging.getLogger("router.escalation")
 
 
 # Mistakes where the model meant an offered tool: pinning tool_choice to it constrains the next try.
-_REPAIRABLE = frozenset({"invalid_json", "schema_violation", "text_tool_call", "missing_tool_call"})
 
 _backoff = wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.2)
 _retry = retry_if_exception_type(Escalate)  # one for every loop: each refers to itself (a cycle)
@@ -233,7 +233,7 @@ class Trace:
             skipped.append(tier)
             stronger = self._stronger(tier)
             if stronger in skipped or stronger == tier:
-                self.router.metrics.refused.labels("tier_open").inc()
+                self.router.metrics.refused.labels(TIER_OPEN).inc()
                 wait = breakers.retry_after(skipped)
                 raise TierOpen(
                     f"No tier can take this call now: {', '.join(skipped)} failed repeatedly and "
@@ -242,7 +242,7 @@ class Trace:
                 )
             tier = stronger
         self.skipped += skipped
-        self.mistakes += ["tier_open"] * len(skipped)
+        self.mistakes += [TIER_OPEN] * len(skipped)
         return tier
 
     def answered(self, tier: str, prompt: Prompt | None = None) -> None:
@@ -331,11 +331,11 @@ class Trace:
             return
         tool = str((message["tool_calls"][0].get("function") or {}).get("name", ""))
         tool = tool if tool in self.call.features.tool_names else ""
-        self.mistakes.append("verifier_reject")
+        self.mistakes.append(VERIFIER_REJECT)
         self.record.rejected(tier, tool)
         log.debug("route %s: the %s verifier rejected a call of tier %s", self.route, spec.kind, tier)
         if self._may_retry():
-            raise Escalate(["verifier_reject"])
+            raise Escalate([VERIFIER_REJECT])
 
     def _repairable(self, tier: str, found: Sequence[Mistake]) -> str | None:
         """The one offered tool the answer fumbled, if this tier may be repaired: once per tier, on
@@ -343,9 +343,9 @@ class Trace:
         route = self.route_spec
         if tier in self._repaired_on or not ((route and route.repair) or self._stronger(tier) == tier):
             return None
-        tools = {m.tool for m in found if m.kind in _REPAIRABLE and m.tool}
+        tools = {m.tool for m in found if m.kind in REPAIRABLE and m.tool}
         offered = self.call.features.tool_names
-        if len(tools) != 1 or any(m.kind not in _REPAIRABLE for m in found):
+        if len(tools) != 1 or any(m.kind not in REPAIRABLE for m in found):
             return None
         tool = tools.pop()
         return tool if tool in offered else None
@@ -390,7 +390,7 @@ class Trace:
             log.info("route %s: the prompt (%d tokens) does not fit tier %s (%s); on to %s",
                      self.route, need, tier, window or "its window", fitting)  # fmt: skip
             self._fitting = fitting
-            escalate = Escalate(["context_exceeded"])
+            escalate = Escalate([CONTEXT_EXCEEDED])
             escalate.__cause__ = exc
             return escalate
         self.router.metrics.context_exceeded.labels(tier, "refused").inc()

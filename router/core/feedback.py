@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from router.core.call import Call
+from router.mistakes import AGENT_REPORTED_ERROR
 from router.policy.decide import routed_by_policy
 from router.policy.model import AfterAgentError, Policy
 from router.store.base import MISTAKEN, Event, RoutedCall
@@ -41,7 +42,7 @@ async def sticky_tier(store: Store, metrics: Metrics, call: Call, policy: Policy
                 event
                 for c in failed
                 for event in (
-                    Event(c.tier, c.route, tool=c.tool, kind="agent_reported_error", session=s),
+                    Event(c.tier, c.route, tool=c.tool, kind=AGENT_REPORTED_ERROR, session=s),
                     Event(c.tier, c.route, kind=MISTAKEN, session=s),
                     *([Event(c.tier, c.route, tool=c.tool, kind=MISTAKEN, session=s)] if c.tool else []),
                 )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from router.core.call import Call
 from router.core.validate import Mistake
+from router.mistakes import VERIFIER_REJECT
 from router.store.base import (
     ESCALATED,
     FALLBACK_PREFIX,
@@ -75,10 +76,10 @@ class Record:
 
     def rejected(self, tier: str, tool: str) -> None:
         s, r = self.call.session.id, self.route
-        events = [Event(tier, r, tool=tool, kind="verifier_reject", session=s)]
+        events = [Event(tier, r, tool=tool, kind=VERIFIER_REJECT, session=s)]
         events += [Event(tier, r, tool=t, kind=MISTAKEN, session=s) for t in dict.fromkeys(("", tool))]
         self.store.record(events)
-        self.metrics.observe_answer(tier, r, False, ["verifier_reject"])
+        self.metrics.observe_answer(tier, r, False, [VERIFIER_REJECT])
 
     def prompt(self, tier: str, evaluated: int, reused: int) -> None:
         s, r = self.call.session.id, self.route

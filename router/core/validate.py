@@ -64,22 +64,18 @@ from router.core.offered import (
 from router.core.schemas import BACKTRACK_LIMIT, TOO_COSTLY, CostlyPattern, compile_schema, patterns_of
 from router.core.text_calls import DEFAULT_ANNOUNCE, TOOL_PLACEHOLDER, TextRules, build_rules, opens_like_call
 from router.errors import BadRequest
+from router.mistakes import (
+    ANSWER_KINDS,
+    EMPTY_RESPONSE,
+    INVALID_JSON,
+    MISSING_TOOL_CALL,
+    SCHEMA_VIOLATION,
+    TEXT_TOOL_CALL,
+    UNKNOWN_TOOL,
+)
 from router.settings import default
 
-INVALID_JSON: Final = "invalid_json"
-UNKNOWN_TOOL: Final = "unknown_tool"
-SCHEMA_VIOLATION: Final = "schema_violation"
-MISSING_TOOL_CALL: Final = "missing_tool_call"
-TEXT_TOOL_CALL: Final = "text_tool_call"
-EMPTY_RESPONSE: Final = "empty_response"
-KINDS: Final = (
-    INVALID_JSON,
-    UNKNOWN_TOOL,
-    SCHEMA_VIOLATION,
-    MISSING_TOOL_CALL,
-    TEXT_TOOL_CALL,
-    EMPTY_RESPONSE,
-)
+KINDS: Final = ANSWER_KINDS  # what the checks find (router/mistakes.py owns every kind)
 
 _DETAIL_MAX: Final = 120
 _MISS: Final = object()

@@ -20,13 +20,10 @@ from typing import Any
 
 import orjson
 
-BAD_KINDS: tuple[str, ...] = (
-    "invalid_json",
-    "unknown_tool",
-    "schema_violation",
-    "missing_tool_call",
-    "text_tool_call",
-)
+from router.mistakes import INVALID_JSON, MISSING_TOOL_CALL, SCHEMA_VIOLATION, TEXT_TOOL_CALL, UNKNOWN_TOOL
+
+# the defects the fake makes on purpose: the checks' kinds of a call (router/mistakes.py)
+BAD_KINDS: tuple[str, ...] = (INVALID_JSON, UNKNOWN_TOOL, SCHEMA_VIOLATION, MISSING_TOOL_CALL, TEXT_TOOL_CALL)
 
 VOCAB: tuple[str, ...] = (
     "the",
@@ -355,16 +352,16 @@ def tool_answer(
     text_args = orjson.dumps(args).decode()
     if kind is None:
         return Answer(tool_name=name, tool_args=text_args, call_id=call_id)
-    if kind == "invalid_json":
+    if kind == INVALID_JSON:
         return Answer(tool_name=name, tool_args=text_args[:-1], call_id=call_id, defect=kind)
-    if kind == "unknown_tool":
+    if kind == UNKNOWN_TOOL:
         bad_name = unknown_name([n for n, _ in tools])
         return Answer(tool_name=bad_name, tool_args=text_args, call_id=call_id, defect=kind)
-    if kind == "schema_violation":
+    if kind == SCHEMA_VIOLATION:
         broken = orjson.dumps(violate(params, args, rng)).decode()
         return Answer(tool_name=name, tool_args=broken, call_id=call_id, defect=kind)
-    if kind == "missing_tool_call":
+    if kind == MISSING_TOOL_CALL:
         return Answer(text=f"I will call {name} now.", defect=kind)
-    if kind == "text_tool_call":
+    if kind == TEXT_TOOL_CALL:
         return Answer(text=orjson.dumps({"name": name, "arguments": args}).decode(), defect=kind)
     raise ValueError(f"unknown bad kind {kind!r}; expected one of {', '.join(BAD_KINDS)}")

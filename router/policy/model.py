@@ -9,31 +9,14 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import typing
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-MistakeKind = Literal[
-    "invalid_json",
-    "unknown_tool",
-    "schema_violation",
-    "missing_tool_call",
-    "text_tool_call",
-    "empty_response",
-    "upstream_error",
-    "timeout",
-    "agent_reported_error",
-    "verifier_reject",
-]
-MISTAKE_KINDS: tuple[MistakeKind, ...] = typing.get_args(MistakeKind)
-# every kind but agent_reported_error, which is only known after the answer was delivered
-# (verifier_reject is listed too, but escalates anyway: it only happens where a route asks for it)
-_ESCALATE_ON_BY_DEFAULT: tuple[MistakeKind, ...] = tuple(
-    k for k in typing.get_args(MistakeKind) if k != "agent_reported_error"
-)
+from router.mistakes import ESCALATE_BY_DEFAULT, MISTAKE_KINDS, MistakeKind  # noqa: F401 (MISTAKE_KINDS: named here too)
+
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -325,7 +308,7 @@ class Repeat(Strict):
 
 class Escalation(Strict):
     to: str | list[str] | None = Field(default=None, description="tier, or chain of tiers tried in order")
-    on: list[MistakeKind] = Field(default_factory=lambda: list(_ESCALATE_ON_BY_DEFAULT))
+    on: list[MistakeKind] = Field(default_factory=lambda: list(ESCALATE_BY_DEFAULT))
     max_attempts: int = Field(default=3, ge=1, description="upstream calls per client call, all tiers together")
     deadline: PositiveFloat = Field(default=300.0, description="seconds for the whole call, escalations included")
     after_agent_error: AfterAgentError = AfterAgentError()

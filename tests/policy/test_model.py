@@ -37,7 +37,8 @@ def test_defaults() -> None:
     assert p.client_keys == []
     assert p.store == "sqlite:///./.agent-router/state.db"
     assert p.escalation.chain == ()
-    assert p.escalation.on == [k for k in MISTAKE_KINDS if k != "agent_reported_error"]
+    moves_on = ("agent_reported_error", "tier_open", "context_exceeded")  # known after delivery; move on anyway
+    assert p.escalation.on == [k for k in MISTAKE_KINDS if k not in moves_on]
     assert (p.escalation.max_attempts, p.escalation.deadline) == (3, 300.0)
     assert p.escalation.after_agent_error.sticky_calls == 3
     fast = p.models["fast"]
