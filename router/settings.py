@@ -56,6 +56,7 @@ class Settings(BaseSettings):
     )
     ws_ping_interval: float = Field(20.0, gt=0, description="seconds between WebSocket pings; no pong as long → close")
     ws_max_pending: int = Field(8, ge=1, description="response.create messages queued per connection; more → 1008")
+    ws_max_streams: int = Field(8, ge=1, description="stream_ids running side by side per connection; more → 1008")
 
     stream_keepalive: float = Field(
         15.0, ge=0, description="seconds a stream waits for its first chunk before keep-alives start (0 = never)"
