@@ -33,6 +33,10 @@ class FakeConfig:
     greedy: bool = False  # the same request, the same answer (as a greedy model), unless it asks for temperature > 0
     # the secret that binds thinking signatures and encrypted reasoning to a model (router/fake/reasoning.py)
     signing_key: str = "agent-router-fake"
+    # Responses WebSocket mode (GET /v1/responses, router/fake/websocket.py): served (False: the upgrade gets a
+    # 404, as from a server without it), and a connection's time limit in seconds (OpenAI's: 60 minutes)
+    websocket: bool = True
+    ws_limit_s: float = 3600.0
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.bad_kinds if k not in BAD_KINDS]
@@ -53,5 +57,7 @@ class FakeConfig:
             raise ValueError(f"words must be at least 1, got {self.words}")
         if self.n_ctx < 0:
             raise ValueError(f"n_ctx must be 0 (no limit) or more, got {self.n_ctx}")
+        if self.ws_limit_s <= 0:
+            raise ValueError(f"ws_limit_s must be above 0, got {self.ws_limit_s}")
         if self.finish_after < 0:
             raise ValueError(f"finish_after must be 0 (never) or more, got {self.finish_after}")
