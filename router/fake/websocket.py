@@ -17,9 +17,10 @@ state and its refusals, `n_ctx`, the seed and `greedy`, `error_rate` and `reset_
   auth        as on POST (`Authorization: Bearer`): an upgrade without the key gets a 401
   off         `websocket=False`: the upgrade is refused with a 404, as a server without this mode
 
-What it received is recorded with the HTTP requests (GET /_fake/requests): one entry per message,
-`method` "WS", `path` "/v1/responses", the upgrade's headers, `body` (the message parsed), `bytes`
-(its size) and `connection` (the connection's number, from 1 per fake).
+What it received is recorded with the HTTP requests (GET /_fake/requests): the upgrade (`method` "GET",
+answered or refused), then one entry per message: `method` "WS", `path` "/v1/responses", the upgrade's
+headers, `body` (the message parsed), `bytes` (its size) and `connection` (the connection's number,
+from 1 per fake).
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def endpoint(state: web.AppKey[Any], greedy: Greedy, finished: Finished) -> Call
         nonlocal opened
         st = request.app[state]
         cfg: FakeConfig = st.config
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        st.requests += 1  # the upgrade, answered or refused
+        st.log.append({"method": "GET", "path": request.path, "headers": headers, "body": None, "bytes": 0})
         ws = web.WebSocketResponse(max_msg_size=_MAX_MESSAGE)
         if not cfg.websocket or not ws.can_prepare(request).ok:
             raise web.HTTPNotFound()
@@ -90,7 +94,7 @@ def endpoint(state: web.AppKey[Any], greedy: Greedy, finished: Finished) -> Call
                                        content_type="application/json")  # fmt: skip
         await ws.prepare(request)
         opened += 1
-        conn = _Connection(st, ws, opened, {k.lower(): v for k, v in request.headers.items()}, greedy, finished)
+        conn = _Connection(st, ws, opened, headers, greedy, finished)
         conn.transport = request.transport
         await conn.run()
         return ws
