@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
@@ -141,8 +142,9 @@ class SocketTurns:
         fallback = seat is None
         if seat is not None:
             try:
-                async for chunk in self._turn(seat, native, deadline, replica, view):
-                    yield chunk
+                async with aclosing(self._turn(seat, native, deadline, replica, view)) as chunks:
+                    async for chunk in chunks:  # closed here if the caller leaves: the socket first, then the seat
+                        yield chunk
             except _Unusable as exc:
                 if exc.mark:
                     self.seats.failed(seat)
@@ -167,8 +169,9 @@ class SocketTurns:
             return None
         warm = replace(native, body={**native.body, "generate": False})
         try:
-            async for _ in self._turn(seat, warm, deadline, replica, view):
-                pass
+            async with aclosing(self._turn(seat, warm, deadline, replica, view)) as chunks:
+                async for _ in chunks:
+                    pass
             return seat.last
         except _Unusable as exc:
             if exc.mark:
@@ -181,7 +184,7 @@ class SocketTurns:
 
     async def _turn(
         self, seat: Seat[ResponsesSocket], native: Native, deadline: float, replica: int, view: ChatView
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncGenerator[Chunk, None]:
         loop = asyncio.get_running_loop()
         end = min(loop.time() + self.config.timeouts.total, deadline)
         again = False  # the turn was sent a second time (reopened, or whole): never a third
@@ -224,12 +227,13 @@ class SocketTurns:
                 seat.last = None
                 raise self._refused(error)
             break
-        async for chunk in self._answer(seat, socket, first, end, view):
-            yield chunk
+        async with aclosing(self._answer(seat, socket, first, end, view)) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     async def _answer(
         self, seat: Seat[ResponsesSocket], socket: ResponsesSocket, first: bytes, end: float, view: ChatView
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncGenerator[Chunk, None]:
         """The answer's events, from `first` up to its end. Left before that (the consumer went, the
         tier failed mid-answer), the socket is closed."""
         clean = False

@@ -314,3 +314,24 @@ async def test_side_calls_go_over_http(tiers, proxy_, sdk) -> None:
     assert title.status == "completed"
     log = await fake_log(fast.url)
     assert socket_messages(log) == [] and [e["method"] for e in log if e["path"] == "/v1/responses"] == ["POST"]
+
+
+async def test_a_turn_left_mid_answer_closes_its_socket(start_fake_, proxy_) -> None:
+    """What is still on its way would be read as the next turn's: the socket goes with the turn."""
+    fast = await start_fake_(FakeConfig(seed=14, api_key=KEY, chunk_delay_ms=50, words=40, prefer_tools=("read_file",)))
+    full = await start_fake_(FakeConfig(seed=15, api_key=KEY))
+    proxy = await proxy_(ws_policy(fast, full))
+    url = proxy.url.replace("http://", "ws://") + "/responses"
+    create = {"type": "response.create", "model": "auto", "input": "Go.", "tools": FILES, "tool_choice": "none"}
+    async with websockets.connect(url, additional_headers={"x-session-id": "s"}) as ws:
+        await ws.send(orjson.dumps(create).decode())
+        for _ in range(4):  # the answer's text has begun
+            await asyncio.wait_for(ws.recv(), 10)
+    await asyncio.sleep(0.3)
+    async with websockets.connect(url, additional_headers={"x-session-id": "s"}) as ws:
+        await ws.send(orjson.dumps({**create, "input": "Again."}).decode())
+        ended = ("response.completed", "error")
+        while (event := orjson.loads(await asyncio.wait_for(ws.recv(), 10)))["type"] not in ended:
+            pass
+        assert event["type"] == "response.completed"
+    assert [m["connection"] for m in socket_messages(await fake_log(fast.url))] == [1, 2]
