@@ -22,7 +22,8 @@ WebSocket tier it opens the socket and the upstream takes the input), then `--tu
 previous call's result (`OUTPUT_BYTES`) after `previous_response_id`. TTFT: from sending a turn to its
 first `response.function_call_arguments.delta`. Bytes: what the fake received per turn (the JSON body or
 message, before TLS and WebSocket framing; compression not counted). Netem is not used: this kernel
-has no `sch_netem` (`tc qdisc add dev lo root netem delay` → "Specified qdisc kind is unknown").
+has no `sch_netem` (`tc qdisc add dev lo root netem delay` → "Specified qdisc kind is unknown"), although
+network namespaces and veth pairs work.
 """
 
 from __future__ import annotations
@@ -234,7 +235,8 @@ async def main_async(args: argparse.Namespace) -> list[Setting]:
 def load(path: Path) -> list[Setting]:
     out = []
     for raw in json.loads(path.read_text()):
-        sessions = {m: [Session(**x) for x in raw.pop("sessions")[m]] for m in MODES}
+        saved = raw.pop("sessions")
+        sessions = {m: [Session(**x) for x in saved[m]] for m in MODES}
         out.append(Setting(**raw, sessions=sessions))
     return out
 

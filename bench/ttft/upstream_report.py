@@ -104,9 +104,9 @@ def write(settings: list[Setting], args: argparse.Namespace, took: float, output
         "connection's first bytes for the TCP handshake) → fake upstream over TLS 1.3 (bench/ttft/upstream_fake.py, "
         f"self-signed EC P-256) answering one `read_file` call after {main.first_token_ms:g} ms",
         "- WAN emulation: **not netem** — this kernel has no `sch_netem` (`tc qdisc add dev lo root netem delay 25ms` "
-        "→ \"Specified qdisc kind is unknown\"; network namespaces work, veth pairs do not either), so the relay "
-        "stands in: latency only, no bandwidth limit, no loss; asyncio timers (~1 ms). Measured relay RTT: "
-        + ", ".join(f"{s.relay_rtt_ms:.1f} ms for the set {s.rtt_ms:g} ms" for s in settings),
+        '→ "Specified qdisc kind is unknown"; network namespaces and veth pairs work, other qdiscs such as tbf '
+        "too), so the relay stands in: latency only, no bandwidth limit, no loss; asyncio timers (~1 ms). "
+        "Measured relay RTT: " + ", ".join(f"{s.relay_rtt_ms:.1f} ms for the set {s.rtt_ms:g} ms" for s in settings),
         "- ways (one router, three tiers of one fake, picked per session with `x-router-tier`): websocket = "
         "`websocket: true` (one upstream socket per session, opened by the session's `generate: false` warm-up); "
         "keep-alive = `apis: [responses]` over the tier's warm aiohttp pool (the whole chain each turn); "
