@@ -264,10 +264,12 @@ async def prewarm(router: Runtime, turn: Turn) -> tuple[str, str] | None:
     if native is None:
         return None
     tier = pipeline.decided(router, turn.call).tier
-    upstream = router.upstreams[tier]
+    try:
+        upstream, timeouts = router.upstreams[tier], router.policy.current.models[tier].timeouts
+    except KeyError:  # the policy changed meanwhile: no warm-up of a tier that went
+        return None
     if not speaks(upstream, "responses") or not prewarms(upstream):
         return None
-    timeouts = router.policy.current.models[tier].timeouts
     deadline = asyncio.get_running_loop().time() + timeouts.connect + timeouts.first_token
     try:
         found = await upstream.prewarm(native, deadline, turn.call.session)
