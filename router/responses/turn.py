@@ -48,7 +48,7 @@ from router.responses.items import CARRIED, STATE_ITEMS, assistant_message, new_
 from router.responses.translate import native_body, response_object, translate
 from router.sessions import SESSION_HEADER, session_of
 from router.store.responses import StoreUnreachable
-from router.upstream.base import Chunk, Native, prewarms, speaks
+from router.upstream.base import Chunk, Native, Prewarms, prewarms, speaks
 from router.upstream.responses_tools import ToolMap
 
 if TYPE_CHECKING:
@@ -256,27 +256,44 @@ def failed(turn: Turn, exc: ContextExceeded) -> list[Event]:
 
 
 async def prewarm(router: Runtime, turn: Turn) -> tuple[str, str] | None:
-    """`generate: false` on the tier this request would be routed to, when that tier keeps a
-    WebSocket: the session's socket opens now and the upstream takes the input, so the next turn
-    sends only what it adds. (tier, the upstream's id), or None (no such tier, or it failed: the
-    warm-up is the router's alone, as for any tier)."""
+    """A warm-up passed on to the tiers that keep a WebSocket: the one this request would be routed to
+    gets it (`generate: false` on the session's socket: the upstream takes the input, so the next turn
+    there sends only what it adds); the others open the session's socket, so that its first turn
+    there pays no handshake (Codex warms up with no input and no tools, which routing sends elsewhere
+    than its first turn) — unless the call is pinned to its tier (`x-router-tier`, an alias). (tier,
+    the upstream's id), or None (no such tier, or it failed: the warm-up is then the router's alone)."""
     native = turn.call.native
     if native is None:
         return None
-    tier = pipeline.decided(router, turn.call).tier
-    try:
-        upstream, timeouts = router.upstreams[tier], router.policy.current.models[tier].timeouts
-    except KeyError:  # the policy changed meanwhile: no warm-up of a tier that went
+    policy = router.policy.current
+    decision = pipeline.decided(router, turn.call)
+    decided = decision.tier
+    pinned = decision.route == "header" or decision.route.startswith("alias:")  # the session keeps to it
+    warmed: list[tuple[str, Prewarms]] = []
+    for tier, config in policy.models.items():
+        if pinned and tier != decided:
+            continue
+        try:
+            upstream = router.upstreams[tier]
+        except KeyError:  # the policy changed meanwhile
+            continue
+        if config.websocket and speaks(upstream, "responses") and prewarms(upstream):
+            warmed.append((tier, upstream))
+    if not warmed:
         return None
-    if not speaks(upstream, "responses") or not prewarms(upstream):
-        return None
-    deadline = asyncio.get_running_loop().time() + timeouts.connect + timeouts.first_token
-    try:
-        found = await upstream.prewarm(native, deadline, turn.call.session)
-    except Exception as exc:  # an in-process tier's own method: the warm-up goes on without it
-        log.warning("tier %s: warm-up failed (%s)", tier, type(exc).__name__)
-        return None
-    return (tier, found) if found else None
+    loop = asyncio.get_running_loop()
+
+    async def one(tier: str, upstream: Prewarms) -> str | None:
+        timeouts = policy.models[tier].timeouts
+        deadline = loop.time() + timeouts.connect + timeouts.first_token
+        try:
+            return await upstream.prewarm(native, deadline, turn.call.session, generate=tier == decided)
+        except Exception as exc:  # an in-process tier's own method: the warm-up goes on without it
+            log.warning("tier %s: warm-up failed (%s)", tier, type(exc).__name__)
+            return None
+
+    found = await asyncio.gather(*(one(tier, upstream) for tier, upstream in warmed))
+    return next(((tier, id_) for (tier, _), id_ in zip(warmed, found, strict=True) if id_ and tier == decided), None)
 
 
 TURN_STATE = "x-codex-turn-state"

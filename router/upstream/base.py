@@ -132,9 +132,12 @@ class Prefills(Protocol):
 
 class Prewarms(Protocol):
     """A tier that can take a Responses request's input ahead of its turn without answering it
-    (`generate: false` on its WebSocket): the upstream's response id, or None when it could not."""
+    (`generate: false` on its WebSocket; without `generate`, only the socket opened): the upstream's
+    response id, or None (nothing sent, or it could not)."""
 
-    async def prewarm(self, native: Native, deadline: float, session: Session) -> str | None: ...
+    async def prewarm(
+        self, native: Native, deadline: float, session: Session, generate: bool = True
+    ) -> str | None: ...
 
 
 def prewarms(upstream: Upstream) -> TypeGuard[Prewarms]:

@@ -7,8 +7,7 @@ The server's own count of each prompt — tokens evaluated and reused — comes 
 
 A tier with `apis: [responses]` also takes Responses calls as they are (`complete_native` /
 `stream_native`, POST {api_base}/responses); router/upstream/responses_view.py has what that needs.
-With `websocket: true` it sends them over one WebSocket per session instead, each turn only what it
-adds where it can (router/upstream/responses_ws.py), `generate: false` warm-ups included (`prewarm`).
+With `websocket: true` they go over one WebSocket per session (responses_ws.py; warm-ups: `prewarm`).
 Items' `encrypted_content` (reasoning, compaction) is bound to the model that made it: the tier's
 answers reach the client marked with its model, and of the items a request replays the tier gets
 only its own model's (router/sessions/provenance.py).
@@ -225,12 +224,13 @@ class OpenAICompatUpstream(PooledHTTP):
             return self.sockets.stream(native, deadline, session, replica, view, http)
         return http()
 
-    async def prewarm(self, native: Native, deadline: float, session: Session) -> str | None:
-        """`generate: false` on the session's WebSocket (responses_ws.py): the upstream's id, or None."""
+    async def prewarm(self, native: Native, deadline: float, session: Session, generate: bool = True) -> str | None:
+        """The session's WebSocket opened, `generate: false` sent on it (responses_ws.py): the upstream's id."""
         if self.sockets is None:
             return None
         view = ChatView(self.tier, self._secrets, ToolMap.of_request(native.body), self.tag)
-        return await self.sockets.prewarm(native, deadline, session, self.affinity.place(session).replica, view)
+        replica = self.affinity.place(session).replica
+        return await self.sockets.prewarm(native, deadline, session, replica, view, generate)
 
     async def close(self) -> None:
         await super().close()

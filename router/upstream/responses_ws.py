@@ -7,7 +7,8 @@ the SSE stream's events) up to its end.
     SocketTurns          a tier's turns over its sessions' seats (router/sessions/sockets.py)
         stream(...)      a turn's chunks (responses_view.py's ChatView), or its HTTP stream when the
                          socket cannot serve it
-        prewarm(...)     `generate: false`: the input taken upstream, nothing generated; the upstream's id
+        prewarm(...)     a warm-up: the socket opened, and (`generate`) `generate: false` sent on it: the
+                         input taken upstream, nothing generated; the upstream's id
 
 A turn whose router previous response was this tier's last answer on the session's socket
 (`Native.previous` == (tier, the socket's last id)) sends only the request's own input items, with
@@ -160,15 +161,21 @@ class SocketTurns:
                 await events.aclose()  # type: ignore[attr-defined]
 
     async def prewarm(
-        self, native: Native, deadline: float, session: Session, replica: int, view: ChatView
+        self, native: Native, deadline: float, session: Session, replica: int, view: ChatView, generate: bool = True
     ) -> str | None:
-        """Open the session's socket and send the request with `generate: false`: the upstream takes
-        its input (the next turn sends only what it adds) and generates nothing. Its id, or None."""
-        seat = self.seats.take(session.id) if self.serves(session) else None
+        """Open the session's socket (a warm-up: even a small tool-less one belongs to the conversation)
+        and, with `generate`, send the request with `generate: false`: the upstream takes its input (the
+        next turn sends only what it adds) and generates nothing. Its id, or None."""
+        seat = self.seats.take(session.id)
         if seat is None:
             return None
         warm = replace(native, body={**native.body, "generate": False})
         try:
+            if not generate:
+                if seat.socket is None or self.seats.stale(seat):
+                    self.seats.close(seat)
+                    await self._open(seat, replica, deadline)
+                return None
             async with aclosing(self._turn(seat, warm, deadline, replica, view)) as chunks:
                 async for _ in chunks:
                     pass

@@ -1,7 +1,8 @@
 """Codex, unmodified, through WebSocket tiers (`websocket: true`, router/upstream/responses_ws.py):
 `codex exec` over the router's WebSocket mode and over HTTP ends on its own (exit 0), the router
 answers no error, and the tiers' fakes got Codex's turns on their own sockets — over the router's
-WebSocket, Codex's turns after the first continue the tier's chain with only their new input.
+WebSocket, Codex's warm-up reaches the tiers (their sockets opened, `generate: false` on the one it is
+routed to) and its turns after the first continue the tier's chain with only their new input.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ async def test_codex_through_websocket_tiers(tiers: Tiers, tmp_path: Path, trans
     assert socket_messages(fast), "fast got no turn on its socket"
     assert [e for e in fast if e["method"] == "POST" and e["path"] == "/v1/responses"] == []
     if transport == "websocket":  # Codex chains its turns: the tiers' sockets carry only what each adds
-        continued = [m["bytes"] for m in sent if "previous_response_id" in m["body"]]
-        whole = [m["bytes"] for m in sent if "previous_response_id" not in m["body"]]
-        assert continued and max(continued) < min(whole) / 5
+        # its warm-up (no input, no tools: routed to full) went upstream as `generate: false`
+        assert [m["body"].get("generate") for m in sent].count(False) == 1
+        turns = [m for m in sent if m["body"].get("generate") is not False]
+        continued = [m["bytes"] for m in turns if "previous_response_id" in m["body"]]
+        whole = [m["bytes"] for m in turns if "previous_response_id" not in m["body"]]
+        assert continued and whole and max(continued) < min(whole) / 5

@@ -335,3 +335,27 @@ async def test_a_turn_left_mid_answer_closes_its_socket(start_fake_, proxy_) -> 
             pass
         assert event["type"] == "response.completed"
     assert [m["connection"] for m in socket_messages(await fake_log(fast.url))] == [1, 2]
+
+
+async def test_a_warm_up_routed_elsewhere_still_opens_the_sockets(tiers, proxy_) -> None:
+    """Codex warms up with no input and no tools (the default route, full here); its first turn, with
+    tools, goes to fast, whose socket the warm-up opened: no handshake in that turn."""
+    fast, full = tiers
+    proxy = await proxy_(ws_policy(fast, full))
+    url = proxy.url.replace("http://", "ws://") + "/responses"
+    async with websockets.connect(url, additional_headers={"session_id": "codex-1"}) as ws:
+        empty = {"type": "response.create", "model": "auto", "input": [], "generate": False}
+        await ws.send(orjson.dumps(empty).decode())
+        warm = [orjson.loads(await ws.recv()) for _ in range(2)]
+        assert warm[-1]["type"] == "response.completed"
+        upgrades = [e for e in await fake_log(fast.url) if e["method"] == "GET" and e["path"] == "/v1/responses"]
+        assert len(upgrades) == 1 and socket_messages(await fake_log(fast.url)) == []  # opened, nothing sent
+        chained = {"input": "Read main.py.", "tools": FILES, "previous_response_id": warm[-1]["response"]["id"]}
+        await ws.send(orjson.dumps({"type": "response.create", "model": "auto", **chained}).decode())
+        while (event := orjson.loads(await ws.recv()))["type"] not in ("response.completed", "error"):
+            pass
+        assert event["type"] == "response.completed" and event["router"]["tier"] == "fast"
+    log = await fake_log(fast.url)
+    assert len([e for e in log if e["method"] == "GET" and e["path"] == "/v1/responses"]) == 1
+    [turn] = socket_messages(log)
+    assert turn["connection"] == 1 and whole(turn)  # on the socket the warm-up opened, whole (a new chain there)
