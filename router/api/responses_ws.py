@@ -129,9 +129,10 @@ class Connection:
             for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
-        failed = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception() is not None]
-        if any(not isinstance(e, WebSocketDisconnect | OSError) for e in failed):  # those: the client left
-            log.error("websocket worker failed: %s", type(failed[0]).__name__)
+        failed = [t.exception() for t in tasks if t.done() and not t.cancelled()]
+        bugs = [e for e in failed if e is not None and not isinstance(e, WebSocketDisconnect | OSError)]
+        if bugs:  # not the client leaving
+            log.error("websocket worker failed: %s", type(bugs[0]).__name__)
             self.close_with = self.close_with or (1011, "internal error")
         if self.close_with is not None:
             with contextlib.suppress(Exception):
