@@ -27,6 +27,7 @@ from router.core.warming import Warming
 from router.metrics import Metrics
 from router.policy.model import Policy
 from router.policy.watch import PolicyHolder, watch
+from router.sessions.sockets import Budget
 from router.settings import Settings
 from router.store import Store
 from router.store.base import LANE_PREFIX, Event
@@ -48,7 +49,13 @@ class Runtime:
         self.metrics = Metrics()
         self.tracing = Tracing(settings)  # OpenTelemetry spans; off unless OTEL_* says otherwise
         self.open = OpenCalls(self.metrics, settings.shutdown_grace)  # ended when a client leaves, at shutdown
-        limits = Limits(settings.upstream_max_body_bytes, settings.upstream_max_answer_chars, self.metrics.tripped)
+        sockets = Budget(  # the process's upstream WebSockets (router/sessions/sockets.py)
+            settings.upstream_ws_max_sockets, settings.upstream_ws_idle_timeout, settings.upstream_ws_max_age,
+            settings.upstream_ws_fallback,
+        )  # fmt: skip
+        limits = Limits(
+            settings.upstream_max_body_bytes, settings.upstream_max_answer_chars, self.metrics.tripped, sockets
+        )
         self.breakers = Breakers(self.metrics)  # per tier: skipped a while after upstream errors in a row
         self.upstreams = Upstreams(warm=settings.warm_up, limits=limits, build=build)
         self.windows = Windows(self.upstreams)  # tiers' context windows (router/core/context.py)

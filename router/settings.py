@@ -56,6 +56,7 @@ class Settings(BaseSettings):
     )
     ws_ping_interval: float = Field(20.0, gt=0, description="seconds between WebSocket pings; no pong as long → close")
     ws_max_pending: int = Field(8, ge=1, description="response.create messages queued per connection; more → 1008")
+    ws_max_streams: int = Field(8, ge=1, description="stream_ids running side by side per connection; more → 1008")
 
     stream_keepalive: float = Field(
         15.0, ge=0, description="seconds a stream waits for its first chunk before keep-alives start (0 = never)"
@@ -103,6 +104,21 @@ class Settings(BaseSettings):
     )
     upstream_max_answer_chars: int = Field(
         1024 * 1024, ge=1024, description="characters of text and tool-call arguments one stream may carry"
+    )
+    # upstream WebSocket mode (a tier's `websocket: true`, router/upstream/responses_ws.py): one socket per
+    # client session and tier; an upstream message is bounded as an SSE event (upstream_max_body_bytes),
+    # the connect and each event by the tier's timeouts (connect, first_token)
+    upstream_ws_max_sockets: int = Field(
+        256, ge=0, description="upstream WebSockets open at once, all tiers; beyond: the idlest closed, else HTTP"
+    )
+    upstream_ws_idle_timeout: float = Field(
+        300.0, gt=0, description="seconds an upstream WebSocket stays open without a turn"
+    )
+    upstream_ws_max_age: float = Field(
+        3300.0, gt=0, description="seconds an upstream WebSocket is used, then reopened (OpenAI ends one at 60 min)"
+    )
+    upstream_ws_fallback: float = Field(
+        300.0, ge=0, description="seconds a session stays on HTTP with a tier after its WebSocket failed"
     )
     max_schema_bytes: int = Field(
         256 * 1024, ge=1024, description="a tool schema bigger than this (as JSON) → 400: too costly to check"

@@ -13,6 +13,7 @@ A stream's first event is sent once the pipeline has the first chunk, so a failu
 still a plain HTTP error with its status (as on the chat transport); later ones are `error` events.
 A prompt no tier's context takes is the exception, streamed as OpenAI does: `response.created`,
 `.in_progress`, `response.failed` with `context_length_exceeded` (Codex compacts on that).
+Codex's `x-codex-turn-state` request header is sent back on the response (a sticky-routing token).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ async def create(request: Request) -> Response:
         stream = body.get("stream") is True
         prev = await turns.previous(body, None, state)
         native = turns.passes_through(router.policy.current)
-        turn = turns.prepare(body, lower_headers(request), prev, stream=stream, native=native)
+        headers = lower_headers(request)
+        turn = turns.prepare(body, headers, prev, stream=stream, native=native)
+        echoed = turns.turn_state(headers)  # Codex's x-codex-turn-state, sent back
 
         def save(entry: Stored) -> None:
             if turn.store:
@@ -55,9 +58,9 @@ async def create(request: Request) -> Response:
                 return Response(failed, headers=SSE_HEADERS, media_type="text/event-stream")
             chunks = admission.to_stream(chunks)
             frames = framed(admission, trace, turns.events(turn, trace, chunks, save), sse_frame)
-            headers = {**router_headers(trace), **turns.left_out(router, turn, trace)}
+            headers = {**router_headers(trace), **turns.left_out(router, turn, trace), **echoed}
             return SSEResponse(admission, frames, headers)
         trace, response = await turns.complete(router, turn, save)
         observe(router, trace, None)
-        headers = {**router_headers(trace), **turns.left_out(router, turn, trace)}
+        headers = {**router_headers(trace), **turns.left_out(router, turn, trace), **echoed}
         return Response(orjson.dumps(response), headers=headers, media_type="application/json")

@@ -1,4 +1,4 @@
-"""WebSocket mode on GET /v1/responses: one connection, many sequential responses.
+"""WebSocket mode on GET /v1/responses: one connection, many responses (one at a time per stream).
 
 Protocol (OpenAI's Responses WebSocket mode, as the `openai` SDK's `responses.connect()` speaks it):
 the client sends JSON text frames `{"type": "response.create", ...the POST body...}` (`stream` is
@@ -12,14 +12,25 @@ The final decision rides on `response.completed` and on an `error` event of a ro
 `generate: false` stores the input as a response without calling a model (warm-up).
 `previous_response_id` is looked up on this connection first, then in the process cache, then in the
 store (router/core/response_state.py); a miss is an `error` event and the socket stays open.
+When the tier it would go to keeps a WebSocket of its own (router/upstream/responses_ws.py), a
+warm-up is passed on to it (`generate: false`), so the next turn sends only what it adds.
+
+Streams: a `response.create` with a `stream_id` runs on that stream (OpenAI's multiplexing): each
+stream runs its responses one at a time, in order, and streams run side by side; every event of a
+response on a stream carries its `stream_id` (those without one run on the connection's own stream,
+their events without it). A `previous_response_id` resolves on any stream of the connection (a fork).
+`response.processed` (Codex's acknowledgement of a response it has handled) is taken, nothing answered.
+Codex's `x-codex-turn-state` header on the upgrade is sent back on the upgrade's answer (Codex
+replays it on its turn's requests: a sticky-routing token; the router keeps nothing of it).
 
 Limits and liveness
   auth          on the upgrade, from its headers (Authorization: Bearer / x-api-key): refused with
                 HTTP 401 (the server's denial-response extension), else closed with 1008
   size          a message over `ws_max_message_bytes` closes the socket with 1009
-  idle          no message for `ws_idle_timeout` seconds while no response runs: closed with 1000
-  queue         `response.create` messages wait in a bounded queue behind the running one
-                (`ws_max_pending`); beyond it the socket is closed with 1008
+  idle          no message for `ws_idle_timeout` seconds while no response runs or waits: closed with 1000
+  queue         `response.create` messages wait behind their stream's running one, `ws_max_pending` at
+                most on all streams; beyond it the socket is closed with 1008; so it is on more
+                than `ws_max_streams` streams
   state         the last `ws_max_responses` responses of the connection, at most `ws_max_state_bytes`
                 of history (the oldest are evicted first)
   backpressure  each event is awaited on `send_text` (the server pauses while the client is slow)
@@ -36,8 +47,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Coroutine
 from contextlib import aclosing
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -59,10 +71,12 @@ Turn = tuple[int, "Trace | None"]  # how a turn ended, for its access log line: 
 
 log = logging.getLogger("router.api.ws")
 
-# Fields of `response.create` that belong to the socket, not to the response (never sent upstream).
-# `stream_id` (OpenAI's lanes) is accepted and ignored: responses on a connection run one at a time.
-# `generate` stays in the body (the translation lets a warm-up's input be empty); no tier is sent it.
+# Fields of `response.create` that belong to the socket, not to the response (never sent upstream):
+# `stream_id` names the stream it runs on. `generate` stays in the body (the translation lets a warm-up's
+# input be empty); no tier is sent it, but a tier's own socket is warmed with it (`turns.prewarm`).
 _ENVELOPE = ("type", "stream", "stream_id")
+_PROCESSED = "response.processed"
+_MAX_STREAM_ID = 256  # characters
 
 
 class UnknownEvent(BadRequest):
@@ -79,47 +93,70 @@ async def connect(websocket: WebSocket) -> None:
         else:
             await websocket.close(code=1008, reason="unauthorized")
         return
-    await websocket.accept()
-    await Connection(router, websocket).run()
+    headers = lower_headers(websocket)
+    echoed = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in turns.turn_state(headers).items()]
+    await websocket.accept(headers=echoed)
+    await Connection(router, websocket, headers).run()
 
 
 class Connection:
-    def __init__(self, router: Runtime, websocket: WebSocket) -> None:
+    def __init__(self, router: Runtime, websocket: WebSocket, headers: dict[str, str]) -> None:
         s = router.settings
         self.router = router
         self.ws = websocket
         self.cache = ResponseCache(s.ws_max_responses, s.ws_max_state_bytes)
         self.shared = router.responses
-        self.headers = lower_headers(websocket)
-        self.pending: asyncio.Queue[str] = asyncio.Queue(maxsize=s.ws_max_pending)
+        self.headers = headers
+        self.streams: dict[str, asyncio.Queue[Any]] = {}  # stream id ("": none) → its messages, in order
+        self.waiting = 0  # messages queued on all streams
+        self.running = 0  # responses running
+        self.seen = time.monotonic()  # a message came or a response ended
         self.close_with: tuple[int, str] | None = None
+        self._sending = asyncio.Lock()  # one event at a time on the socket, whichever stream it is of
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._over: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
-        reader = asyncio.create_task(self._read())
-        worker = asyncio.create_task(self._work())
+        self._over = asyncio.get_running_loop().create_future()
+        self._start(self._read())
+        self._start(self._watch())
         try:
-            await asyncio.wait({reader, worker}, return_when=asyncio.FIRST_COMPLETED)
+            await self._over
         finally:
-            for task in (reader, worker):
+            tasks = list(self._tasks)
+            for task in tasks:
                 task.cancel()
-            for task in (reader, worker):
+            for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
-        exc = worker.exception() if worker.done() and not worker.cancelled() else None
-        if exc is not None and not isinstance(exc, WebSocketDisconnect | OSError):  # those: the client left
-            log.error("websocket worker failed: %s", type(exc).__name__)
+        failed = [t.exception() for t in tasks if t.done() and not t.cancelled()]
+        bugs = [e for e in failed if e is not None and not isinstance(e, WebSocketDisconnect | OSError)]
+        if bugs:  # not the client leaving
+            log.error("websocket worker failed: %s", type(bugs[0]).__name__)
             self.close_with = self.close_with or (1011, "internal error")
         if self.close_with is not None:
             with contextlib.suppress(Exception):
                 await self.ws.close(*self.close_with)
 
+    def _start(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The reader or the watch ended, or a stream's worker failed: the connection ends."""
+        if self._over is not None and not self._over.done():
+            self._over.set_result(None)
+
     async def _read(self) -> None:
-        """Receive until the client leaves or breaks a limit; never blocks on the worker."""
-        limit = self.router.settings.ws_max_message_bytes
+        """Receive until the client leaves or breaks a limit; never blocks on a response."""
+        s = self.router.settings
+        limit = s.ws_max_message_bytes
         while True:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
+            self.seen = time.monotonic()
             text = message.get("text")
             if text is None:
                 data = message.get("bytes") or b""
@@ -132,65 +169,98 @@ class Connection:
                 self.close_with = (1009, f"message over {limit} bytes")
                 return
             try:
-                self.pending.put_nowait(text)
-            except asyncio.QueueFull:
+                event: Any = orjson.loads(text)
+            except orjson.JSONDecodeError as exc:  # answered in order, on the connection's own stream
+                event = InvalidJSON(f"The message is not valid JSON ({exc.msg} at {exc.pos}).")
+            kind = event.get("type") if isinstance(event, dict) else None
+            if kind == _PROCESSED:  # the client handled a response: nothing to answer
+                continue
+            stream = event.get("stream_id") if isinstance(event, dict) else None
+            stream = stream if isinstance(stream, str) and 0 < len(stream) <= _MAX_STREAM_ID else ""
+            if self.waiting >= s.ws_max_pending:
                 self.router.metrics.refused.labels("ws_too_many_pending").inc()
                 self.close_with = (1008, "too many response.create messages waiting")
                 return
+            queue = self.streams.get(stream)
+            if queue is None:
+                if len(self.streams) >= s.ws_max_streams:
+                    self.router.metrics.refused.labels("ws_too_many_streams").inc()
+                    self.close_with = (1008, f"more than {s.ws_max_streams} streams")
+                    return
+                queue = self.streams[stream] = asyncio.Queue()
+                self._start(self._work(stream, queue))
+            self.waiting += 1
+            queue.put_nowait(event)
 
-    async def _work(self) -> None:
+    async def _watch(self) -> None:
+        """Close the connection once it has been idle `ws_idle_timeout` seconds: no message, nothing running."""
         idle = self.router.settings.ws_idle_timeout
         while True:
-            try:
-                async with asyncio.timeout(idle):
-                    text = await self.pending.get()
-            except TimeoutError:
+            await asyncio.sleep(max(0.0, self.seen + idle - time.monotonic()))
+            if not self.running and not self.waiting and time.monotonic() - self.seen >= idle:
                 self.close_with = (1000, "idle timeout")
                 return
+            if self.running or self.waiting:
+                await asyncio.sleep(min(idle, 1.0))
+
+    async def _work(self, stream: str, queue: asyncio.Queue[Any]) -> None:
+        """One stream's responses, in order. Only the client leaving ends it early (the connection ends)."""
+        while True:
+            event = await queue.get()
+            self.waiting -= 1
+            self.running += 1
             started = time.perf_counter()
             try:
-                status, trace = await self._handle(text)
+                status, trace = await self._handle(event, stream)
             except (WebSocketDisconnect, OSError):
                 raise  # the client left: nothing to answer
             except Exception as exc:  # a bug must not end the connection; no traceback (request data)
                 log.error("unexpected %s handling a websocket message", type(exc).__name__)
                 failure = RouterError("The router failed unexpectedly; the error was logged.")
-                await self.send(error_event(failure))
+                await self.send(error_event(failure), stream)
                 status, trace = failure.http_status, None
+            finally:
+                self.running -= 1
+                self.seen = time.monotonic()
             access.turn(self.ws.scope, status, trace, started)
 
-    async def send(self, event: Event) -> None:
-        await self.ws.send_text(orjson.dumps(event).decode())
+    async def send(self, event: Event, stream: str = "") -> None:
+        if stream:
+            event["stream_id"] = stream
+        text = orjson.dumps(event).decode()
+        async with self._sending:
+            await self.ws.send_text(text)
 
-    async def failed(self, exc: RouterError) -> Turn:
+    async def failed(self, exc: RouterError, stream: str = "") -> Turn:
         """A turn that ends with an `error` event (with the call's routing, once it was routed)."""
         event = error_event(exc)
         if exc.trace is not None:
             event["router"] = orjson.loads(summary(exc.trace))
-        await self.send(event)
+        await self.send(event, stream)
         return exc.http_status, exc.trace
 
-    async def _handle(self, text: str) -> Turn:
-        try:
-            event = orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            return await self.failed(InvalidJSON(f"The message is not valid JSON ({exc.msg} at {exc.pos})."))
+    async def _handle(self, event: Any, stream: str) -> Turn:
+        if isinstance(event, InvalidJSON):
+            return await self.failed(event)
         kind = event.get("type") if isinstance(event, dict) else None
         try:
             check_depth(event)
         except RouterError as exc:
-            return await self.failed(exc)
+            return await self.failed(exc, stream)
         if kind != "response.create":
             return await self.failed(
-                UnknownEvent(f"Unknown event type {kind!r}; expected 'response.create'.", param="type")
+                UnknownEvent(f"Unknown event type {kind!r}; expected 'response.create'.", param="type"), stream
             )
+        if "stream_id" in event and not stream:
+            why = f"'stream_id' must be a string of 1 to {_MAX_STREAM_ID} characters."
+            return await self.failed(BadRequest(why, param="stream_id"))
         body = {k: v for k, v in event.items() if k not in _ENVELOPE}
         try:
             prev = await turns.previous(body, self.cache, self.shared)
             native = turns.passes_through(self.router.policy.current)
             turn = turns.prepare(body, self.headers, prev, stream=True, native=native)
         except RouterError as exc:
-            return await self.failed(exc)
+            return await self.failed(exc, stream)
 
         def save(entry: Stored) -> None:
             self.cache.put(turn.id, entry)
@@ -198,17 +268,18 @@ class Connection:
                 self.shared.put(turn.id, entry)
 
         if event.get("generate") is False:
-            for ev in turns.warm_up(turn, save):
-                await self.send(ev)
+            upstream = await turns.prewarm(self.router, turn)  # a tier's own socket: warmed too
+            for ev in turns.warm_up(turn, save, upstream):
+                await self.send(ev, stream)
             return 200, None
-        return await self._respond(turn, save)
+        return await self._respond(turn, save, stream)
 
-    async def _respond(self, turn: turns.Turn, save: turns.Save) -> Turn:
+    async def _respond(self, turn: turns.Turn, save: turns.Save, stream: str) -> Turn:
         router = self.router
         try:
             admission = Admission(router)
         except RouterError as exc:
-            return await self.failed(exc)
+            return await self.failed(exc, stream)
         try:
             # created + in_progress go out with the first chunk, as on SSE, so that they name the model
             # that answers; a failure before it is one `error` event (nothing of a response was sent).
@@ -218,25 +289,26 @@ class Connection:
             except asyncio.CancelledError:
                 if (reason := router.open.ended()) is None:
                     raise
-                return await self.failed(reason)
+                return await self.failed(reason, stream)
             except ContextExceeded as exc:  # as OpenAI sends it: a failed response (Codex compacts)
                 for event in turns.failed(turn, exc):
-                    await self.send(event)
+                    await self.send(event, stream)
                 return exc.http_status, exc.trace
             except RouterError as exc:
-                return await self.failed(exc)
+                return await self.failed(exc, stream)
             except Exception as exc:  # no traceback: it could carry request data or upstream details
                 log.error("unexpected %s in response %s", type(exc).__name__, turn.id)
-                return await self.failed(RouterError("The router failed unexpectedly; the error was logged."))
+                failure = RouterError("The router failed unexpectedly; the error was logged.")
+                return await self.failed(failure, stream)
             ttft = asyncio.get_running_loop().time() - trace.started
             turns.left_out(router, turn, trace)  # counted as on HTTP (no header to name it in)
             status = 200
             try:
-                async with aclosing(turns.events(turn, trace, router.open.stream(chunks), save)) as stream:
-                    async for ev in stream:
+                async with aclosing(turns.events(turn, trace, router.open.stream(chunks), save)) as events:
+                    async for ev in events:
                         if ev["type"] == "error":
                             status = ev["status"]
-                        await self.send(ev)
+                        await self.send(ev, stream)
             finally:
                 observe(router, trace, ttft)
             return status, trace

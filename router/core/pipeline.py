@@ -93,14 +93,11 @@ async def begin(router: Runtime, call: Call) -> Trace:
 async def count(router: Runtime, call: Call) -> tuple[Decision, int, bool]:
     """The decision `call` would get and its prompt tokens as that tier counts them: (decision,
     tokens, counted — False when the tier has no tokenizer to ask and `tokens` is the router's estimate).
-    Decided as a call is (routes, adaptive routing, context windows), without taking one of a sticky
-    session's calls or a lane's place; calls no model."""
+    Decided as a call is (`decided`); calls no model."""
     tools = call.body.get("tools")
     features = call.features.with_tools(len(orjson.dumps(tools)) if tools else 0)
+    decision = decided(router, call)
     policy = router.policy.current
-    adaptive = router.adaptive
-    live = Live(degraded=adaptive.degraded, diverted=adaptive.diverted, windows=router.windows.known())
-    decision = decide(features, policy, live)
     tier = decision.tier
     deadline = asyncio.get_running_loop().time() + policy.models[tier].timeouts.first_token
     try:
@@ -109,6 +106,16 @@ async def count(router: Runtime, call: Call) -> tuple[Decision, int, bool]:
         log.warning("tier %s: counting tokens failed (%s)", tier, type(exc).__name__)
         tokens = None
     return (decision, tokens, True) if tokens is not None else (decision, features.context_tokens, False)
+
+
+def decided(router: Runtime, call: Call) -> Decision:
+    """The decision `call` would get (routes, adaptive routing, context windows), without taking one of
+    a sticky session's calls or a lane's place."""
+    tools = call.body.get("tools")
+    features = call.features.with_tools(len(orjson.dumps(tools)) if tools else 0)
+    adaptive = router.adaptive
+    live = Live(degraded=adaptive.degraded, diverted=adaptive.diverted, windows=router.windows.known())
+    return decide(features, router.policy.current, live)
 
 
 async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:

@@ -62,13 +62,20 @@ class Stored:
     size: int = 0  # bytes of the messages this response added
     parent: str | None = None  # the response it continued (previous_response_id)
     added: int = 0  # how many of `messages`, at the end, it added
+    # (tier, the tier's own response id) when that tier's answer is this response unchanged: a tier keeping
+    # a WebSocket continues its next turn from there (router/upstream/responses_ws.py). In this process only
+    upstream: tuple[str, str] | None = None
 
 
 def stored(
-    history: Sequence[dict[str, Any]], added: Sequence[dict[str, Any]], session: str, parent: str | None = None
+    history: Sequence[dict[str, Any]],
+    added: Sequence[dict[str, Any]],
+    session: str,
+    parent: str | None = None,
+    upstream: tuple[str, str] | None = None,
 ) -> Stored:
     size = len(orjson.dumps(list(added))) if added else 0
-    return Stored((*history, *added), session, size, parent, len(added))
+    return Stored((*history, *added), session, size, parent, len(added), upstream)
 
 
 class ResponseCache:

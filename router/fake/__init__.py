@@ -8,6 +8,7 @@ the benches.
     faults.py     which fault a request gets (per header or drawn), and how it is sent
     tools.py      tool-call answers, broken in each mistake kind (`BAD_KINDS`)
     responses.py  the Responses API's answer shapes
+    websocket.py  the Responses WebSocket mode (its connection-local cache, time limit, warm-ups)
     wire.py       chat completions and Messages on the wire
     speed.py      fast modes: Anthropic's `speed` (its beta, fast models, rate limit), OpenAI's `service_tier`
 """

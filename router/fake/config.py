@@ -37,6 +37,10 @@ class FakeConfig:
     # fast-mode beta header), and fast requests taken per minute before a 429 (0: no limit)
     fast_models: tuple[str, ...] = ("*",)
     fast_rate_limit: int = 0
+    # Responses WebSocket mode (GET /v1/responses, router/fake/websocket.py): served (False: the upgrade gets a
+    # 404, as from a server without it), and a connection's time limit in seconds (OpenAI's: 60 minutes)
+    websocket: bool = True
+    ws_limit_s: float = 3600.0
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.bad_kinds if k not in BAD_KINDS]
@@ -59,5 +63,7 @@ class FakeConfig:
             raise ValueError(f"n_ctx must be 0 (no limit) or more, got {self.n_ctx}")
         if self.fast_rate_limit < 0:
             raise ValueError(f"fast_rate_limit must be 0 (no limit) or more, got {self.fast_rate_limit}")
+        if self.ws_limit_s <= 0:
+            raise ValueError(f"ws_limit_s must be above 0, got {self.ws_limit_s}")
         if self.finish_after < 0:
             raise ValueError(f"finish_after must be 0 (never) or more, got {self.finish_after}")

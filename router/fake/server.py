@@ -11,6 +11,8 @@ Endpoints
   POST /v1/messages          Anthropic Messages API, JSON or SSE (``message_start`` ... ``message_stop``);
                              accepts ``x-api-key`` or ``Authorization: Bearer``.
   POST /v1/responses         OpenAI Responses API, JSON or SSE (``response.created`` ... ``.completed``).
+  GET  /v1/responses         its WebSocket mode (router/fake/websocket.py): a connection-local cache of the
+                             last response, ``generate: false``, a time limit (``ws_limit_s``).
   GET  /v1/models            lists ``config.model``.      GET /health -> ``{"status": "ok"}``.
   GET  /v1/models/{id}       Anthropic's ModelInfo of ``id`` (``max_input_tokens`` with ``n_ctx``).
   POST /v1/messages/count_tokens   Anthropic's count: ``{"input_tokens": N}`` (the fake's tokenizer).
@@ -20,7 +22,8 @@ Endpoints
   with llama-server's 400 ``exceed_context_size_error`` (on /v1/messages: Anthropic's "prompt is too
   long", over ``n_ctx``). A refusal draws nothing.
   GET  /_fake/requests       the last 100 /v1/* requests: method, path, headers (lower-case names),
-                             body (parsed JSON). ``DELETE /_fake/requests`` clears them.
+                             body (parsed JSON), bytes (the body's size); WebSocket messages too
+                             (method ``WS``). ``DELETE /_fake/requests`` clears them.
   GET  /_fake/stats          ``{"requests": N, "streams": N, "open_connections": N, "refused": {...}}``
                              (/v1/* requests, streamed answers, currently open TCP connections including
                              the caller's, requests refused over reasoning state by kind).
@@ -113,6 +116,7 @@ from router.fake.responses import (
 )
 from router.fake.speed import FastLimit, Refusal, messages_speed, served_tier
 from router.fake.tools import Answer, make_text, tool_answer
+from router.fake.websocket import endpoint as websocket_endpoint
 from router.fake.wire import (
     MALFORMED_ANTHROPIC,
     MALFORMED_CHAT,
@@ -158,7 +162,8 @@ def _record(st: _State, request: web.Request, raw: bytes) -> Any:
         body = raw.decode("utf-8", "replace")
     st.requests += 1
     headers = {k.lower(): v for k, v in request.headers.items()}
-    st.log.append({"method": request.method, "path": request.path, "headers": headers, "body": body})
+    st.log.append({"method": request.method, "path": request.path, "headers": headers, "body": body,
+                   "bytes": len(raw)})  # fmt: skip
     return body
 
 
@@ -447,6 +452,7 @@ def create_fake_app(config: FakeConfig) -> web.Application:
     app.router.add_post("/v1/chat/completions", _api("chat"))
     app.router.add_post("/v1/messages", _api("messages"))
     app.router.add_post("/v1/responses", _api("responses"))
+    app.router.add_get("/v1/responses", websocket_endpoint(STATE, _greedy, _finished))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/v1/models/{id}", _model)
     app.router.add_post("/v1/messages/count_tokens", _count_tokens)

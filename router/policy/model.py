@@ -97,6 +97,12 @@ class Tier(Strict):
         default_factory=list,
         description="client APIs this openai/ tier serves itself (POST {api_base}/responses): passed through",
     )
+    websocket: bool = Field(
+        default=False,
+        description="with apis: [responses]: Responses calls go over one WebSocket per client session "
+        "(GET {api_base}/responses, OpenAI's WebSocket mode), each turn sending only its new input after the "
+        "tier's own previous_response_id (router/upstream/responses_ws.py)",
+    )
     sessions: Sessions = Sessions()
     max_output_tokens: int | None = Field(
         default=None,
@@ -141,6 +147,8 @@ class Tier(Strict):
             raise ValueError("an openai/<id> tier needs api_base (the OpenAI-compatible server's /v1 URL)")
         if self.apis and self.provider != "openai":
             raise ValueError("apis: only openai/<id> tiers take it (anthropic/* tiers serve Messages natively)")
+        if self.websocket and "responses" not in self.apis:
+            raise ValueError("websocket: true needs apis: [responses] (it carries Responses calls as they are)")
         if isinstance(self.api_base, list) and self.provider != "openai":
             raise ValueError("api_base: a list of replicas is for openai/<id> tiers")
         if (self.speed or "speed" in self.params or "speed" in self.defaults) and self.provider != "anthropic":

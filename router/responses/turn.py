@@ -7,7 +7,10 @@
                                        the new messages, the session
     complete(router, turn, save)       → (trace, Response object)          non-streaming
     events(turn, trace, chunks, save)  → Responses events of a pipeline stream
-    warm_up(turn, save)                → created + completed events of `generate: false`
+    warm_up(turn, save, upstream)      → created + completed events of `generate: false`
+    prewarm(router, turn)              `generate: false` passed on to the tier the request would go to,
+                                       when that tier keeps a WebSocket (router/upstream/responses_ws.py)
+    turn_state(headers)                Codex's `x-codex-turn-state`, echoed
     failed(turn, exc)                  → created, in_progress, `response.failed`: a prompt no tier's
                                        context takes, on a stream (OpenAI's way; Codex compacts on it)
     left_out(router, turn, trace)      what the answering tier was not sent (counted; the header)
@@ -15,10 +18,16 @@
 The pipeline does routing, validation, escalation and recording; nothing here repeats it. `save`
 receives the history through this response before its final event is sent, so a client that sends
 its next request the moment it sees `response.completed` finds the state there.
+
+A response that is one tier's native answer, unchanged (one attempt, nothing salvaged), remembers
+that tier and the upstream's own id of it (`Stored.upstream`): the next turn's request carries them
+(`Native.previous`, with how many of its input items are the chain written out), so that a tier
+keeping a WebSocket sends only the new input after its own id. The router's ids never go upstream.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
@@ -41,7 +50,7 @@ from router.responses.items import CARRIED, STATE_ITEMS, assistant_message, new_
 from router.responses.translate import native_body, response_object, translate
 from router.sessions import SESSION_HEADER, session_of
 from router.store.responses import StoreUnreachable
-from router.upstream.base import Chunk, Native
+from router.upstream.base import Chunk, Native, Prewarms, prewarms, speaks
 from router.upstream.responses_tools import ToolMap
 
 if TYPE_CHECKING:
@@ -50,6 +59,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("router.responses")
 
 Save = Callable[[Stored], None]
+_ENDED = ("response.completed", "response.incomplete")
+_MAX_TURN_STATE = 4096  # characters of `x-codex-turn-state` echoed at most
 
 
 class PreviousResponseNotFound(BadRequest):
@@ -67,12 +78,12 @@ class Turn:
     tools: ToolMap  # the chat names of the client's tools, and back
     left_out: Mapping[str, int]  # what a chat tier does not see: "tool:web_search" → how many
 
-    def remember(self, output: list[dict[str, Any]]) -> Stored:
+    def remember(self, output: list[dict[str, Any]], upstream: tuple[str, str] | None = None) -> Stored:
         answer = assistant_message(output, self.tools)
         state = [{"role": CARRIED, "item": dict(i)} for i in output if i.get("type") in STATE_ITEMS]  # reasoning
         added = [*self.new, *state, *([answer] if answer else ())]
         parent = self.request.get("previous_response_id")  # it resolved, or there would be no turn
-        return stored(self.history, added, self.call.session.id, parent)
+        return stored(self.history, added, self.call.session.id, parent, upstream)
 
     @property
     def store(self) -> bool:
@@ -116,7 +127,12 @@ def prepare(
     chained = None if headers.get(SESSION_HEADER) or prev is None else prev.session
     features = features_of(body, headers)
     session = session_of(body, headers, features.prompt_tokens, request=request, conversation=chained)
-    passed = Native("responses", native_body(request, history, t.tools), {}) if native else None
+    passed = None
+    if native:
+        written = native_body(request, history, t.tools)
+        own = request.get("input")
+        chain = len(written["input"]) - (1 if isinstance(own, str) else len(own or ())) if history else 0
+        passed = Native("responses", written, {}, chain, prev.upstream if prev is not None else None)
     asks = None if native else {k: request[k] for k in LANE_FIELDS if k in request}  # not in a chat body
     call = Call(body, headers, features, session, passed, lane_fields=asks)
     return Turn(request, new_id("resp"), int(time.time()), call, history, t.new, t.tools, dict(t.left_out))
@@ -164,7 +180,8 @@ async def complete(router: Runtime, turn: Turn, save: Save) -> tuple[Trace, dict
         usage=reply.data.get("usage"),
         finish_reason=choice.get("finish_reason"),
     )
-    save(turn.remember(output))
+    answered = reply.native.get("id") if reply.native is not None else None
+    save(turn.remember(output, _upstream(trace, answered)))
     return trace, response
 
 
@@ -177,6 +194,7 @@ async def events(turn: Turn, trace: Trace, chunks: AsyncIterator[Chunk], save: S
     already: `response.created` names its model at no wait). The chunk stream is closed however
     this ends (closing the pipeline's generator closes the upstream connection mid-answer)."""
     b = event_builder(turn)
+    answered: str | None = None  # the upstream's id of the native answer that ended
     try:
         first = await anext(chunks, None)
         answer = first if first is not None and not first.beat else None  # a keep-alive: no answer yet
@@ -185,6 +203,8 @@ async def events(turn: Turn, trace: Trace, chunks: AsyncIterator[Chunk], save: S
         for ev in _feed(b, answer) if answer is not None else ():
             yield ev
         async for chunk in chunks:
+            if chunk.native is not None and chunk.native.get("type") in _ENDED:
+                answered = chunk.data.get("id")
             for ev in _feed(b, chunk):
                 yield ev
     except RouterError as exc:
@@ -199,8 +219,16 @@ async def events(turn: Turn, trace: Trace, chunks: AsyncIterator[Chunk], save: S
             await aclose()
     for ev in b.close():
         yield ev
-    save(turn.remember(b.output))
+    save(turn.remember(b.output, _upstream(trace, answered)))
     yield b.final(router=orjson.loads(summary(trace)))
+
+
+def _upstream(trace: Trace, answered: Any) -> tuple[str, str] | None:
+    """(tier, the upstream's id) when this response is that one native answer unchanged: one attempt,
+    the client's request as it came, nothing salvaged."""
+    if not isinstance(answered, str) or not answered or len(trace.tried) != 1 or trace.salvaged:
+        return None
+    return (trace.tier, answered) if trace.answered_natively else None
 
 
 def _feed(b: EventBuilder, chunk: Chunk) -> list[Event]:
@@ -209,9 +237,10 @@ def _feed(b: EventBuilder, chunk: Chunk) -> list[Event]:
     return b.feed(chunk.data) if chunk.native is None else b.feed_native(chunk.native, chunk.data)
 
 
-def warm_up(turn: Turn, save: Save) -> list[Event]:
-    """`generate: false`: remember the input as a response of its own, call no model."""
-    save(turn.remember([]))
+def warm_up(turn: Turn, save: Save, upstream: tuple[str, str] | None = None) -> list[Event]:
+    """`generate: false`: remember the input as a response of its own, call no model (`upstream`:
+    what `prewarm` left on a tier's WebSocket)."""
+    save(turn.remember([], upstream))
     b = event_builder(turn)
     created = b.event("response.created", response=b.response("in_progress"))
     return [created, b.event("response.completed", response=b.response("completed"))]
@@ -227,3 +256,54 @@ def failed(turn: Turn, exc: ContextExceeded) -> list[Event]:
     error = {"code": exc.code, "message": exc.message}
     events.append(b.event("response.failed", response={**b.response("failed"), "error": error}))
     return events
+
+
+async def prewarm(router: Runtime, turn: Turn) -> tuple[str, str] | None:
+    """A warm-up passed on to the tiers that keep a WebSocket: the one this request would be routed to
+    gets it (`generate: false` on the session's socket: the upstream takes the input, so the next turn
+    there sends only what it adds); the others open the session's socket, so that its first turn
+    there pays no handshake (Codex warms up with no input and no tools, which routing sends elsewhere
+    than its first turn) — unless the call is pinned to its tier (`x-router-tier`, an alias). (tier,
+    the upstream's id), or None (no such tier, or it failed: the warm-up is then the router's alone)."""
+    native = turn.call.native
+    if native is None:
+        return None
+    policy = router.policy.current
+    decision = pipeline.decided(router, turn.call)
+    decided = decision.tier
+    pinned = decision.route == "header" or decision.route.startswith("alias:")  # the session keeps to it
+    warmed: list[tuple[str, Prewarms]] = []
+    for tier, config in policy.models.items():
+        if pinned and tier != decided:
+            continue
+        try:
+            upstream = router.upstreams[tier]
+        except KeyError:  # the policy changed meanwhile
+            continue
+        if config.websocket and speaks(upstream, "responses") and prewarms(upstream):
+            warmed.append((tier, upstream))
+    if not warmed:
+        return None
+    loop = asyncio.get_running_loop()
+
+    async def one(tier: str, upstream: Prewarms) -> str | None:
+        timeouts = policy.models[tier].timeouts
+        deadline = loop.time() + timeouts.connect + timeouts.first_token
+        try:
+            return await upstream.prewarm(native, deadline, turn.call.session, generate=tier == decided)
+        except Exception as exc:  # an in-process tier's own method: the warm-up goes on without it
+            log.warning("tier %s: warm-up failed (%s)", tier, type(exc).__name__)
+            return None
+
+    found = await asyncio.gather(*(one(tier, upstream) for tier, upstream in warmed))
+    return next(((tier, id_) for (tier, _), id_ in zip(warmed, found, strict=True) if id_ and tier == decided), None)
+
+
+TURN_STATE = "x-codex-turn-state"
+
+
+def turn_state(headers: Mapping[str, str]) -> dict[str, str]:
+    """Codex's sticky-routing token, sent back as it came (on the WebSocket's upgrade, on a response):
+    Codex keeps the token a response gives it and replays it on its turn's next requests."""
+    value = headers.get(TURN_STATE)
+    return {TURN_STATE: value} if value and len(value) <= _MAX_TURN_STATE else {}

@@ -11,6 +11,9 @@ failures that repeat. This package is where the concept lives:
     provenance.py which model made each piece of reasoning state the client replays (thinking
                   blocks' signatures, Responses' encrypted_content): each tier gets only its own
                   model's
+    sockets.py    the upstream WebSocket a session's turns take on a tier with `websocket: true`
+                  (router/upstream/responses_ws.py), the upstream's id of its last response, and the
+                  process's bound on such sockets
 
 What the router holds per session, and where:
 
@@ -21,6 +24,10 @@ What the router holds per session, and where:
     response chains   Responses `previous_response_id` → the conversation so far:
                       router/core/response_state.py, the store's responses
     prefix affinity   slot and replica per tier: affinity.py, in the tier's client (process-local)
+    upstream sockets  per tier with `websocket: true`: the socket, the upstream's own id of its last
+                      response (a turn continuing it sends only its new input), HTTP until when after a
+                      failure: sockets.py, in the tier's client (process-local); which upstream answer a
+                      response is: `Stored.upstream` in the response state, in the process only
     warm prefixes     tiers a session may be escalated to keep its prefix, prefilled in the
                       background: router/core/warming.py
     reasoning state   which model made each thinking block and encrypted reasoning item the agent

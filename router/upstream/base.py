@@ -17,13 +17,14 @@ whose `.mistake` names the mistake kind to record. Nothing an upstream raises ca
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard
 
 import orjson
 
 from router.errors import UpstreamError
 from router.sessions import Session
+from router.sessions.sockets import Budget
 from router.settings import default
 
 
@@ -34,6 +35,7 @@ class Limits:
     max_body_bytes: int = default("upstream_max_body_bytes")  # a JSON answer, or one SSE event
     max_answer_chars: int = default("upstream_max_answer_chars")  # text + tool-call names and arguments of a stream
     tripped: Callable[[str], None] = lambda limit: None
+    sockets: Budget = field(default_factory=Budget)  # the process's upstream WebSockets (router/sessions/sockets.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,12 @@ class Native:
     dialect: str  # "messages"
     body: dict[str, Any]
     headers: dict[str, str]  # the client's headers of that API worth forwarding (e.g. anthropic-beta)
+    # Responses, for a tier keeping a WebSocket (router/upstream/responses_ws.py): how many of the body's
+    # `input` items, at the front, are the router's chain written out (the rest are the request's own),
+    # and (tier, the upstream's response id) when the router's previous response was that tier's answer
+    # unchanged: that tier may send only the request's own items after its own id
+    chain_items: int = 0
+    previous: tuple[str, str] | None = None
 
 
 class NativeUpstream(Upstream, Protocol):
@@ -133,6 +141,20 @@ class Prefills(Protocol):
     router/core/warming.py)."""
 
     async def prefill(self, body: dict[str, Any], session: Session, deadline: float) -> None: ...
+
+
+class Prewarms(Protocol):
+    """A tier that can take a Responses request's input ahead of its turn without answering it
+    (`generate: false` on its WebSocket; without `generate`, only the socket opened): the upstream's
+    response id, or None (nothing sent, or it could not)."""
+
+    async def prewarm(
+        self, native: Native, deadline: float, session: Session, generate: bool = True
+    ) -> str | None: ...
+
+
+def prewarms(upstream: Upstream) -> TypeGuard[Prewarms]:
+    return callable(getattr(upstream, "prewarm", None))
 
 
 def prefills(upstream: Upstream) -> TypeGuard[Prefills]:

@@ -9,6 +9,7 @@ A tier's `service_tier` is sent with every request, and the answer's `service_ti
 
 A tier with `apis: [responses]` also takes Responses calls as they are (`complete_native` /
 `stream_native`, POST {api_base}/responses); router/upstream/responses_view.py has what that needs.
+With `websocket: true` they go over one WebSocket per session (responses_ws.py; warm-ups: `prewarm`).
 Items' `encrypted_content` (reasoning, compaction) is bound to the model that made it: the tier's
 answers reach the client marked with its model, and of the items a request replays the tier gets
 only its own model's (router/sessions/provenance.py).
@@ -40,12 +41,14 @@ from router.upstream.context import props_window, served_window
 from router.upstream.http import PooledHTTP
 from router.upstream.responses_tools import ToolMap
 from router.upstream.responses_view import ChatView, completion_of
+from router.upstream.responses_ws import SocketTurns
 from router.upstream.speed import served
 
 log = logging.getLogger("router.upstream")
 
 # what a server without llama-server's /apply-template and /tokenize answers there
 _NOT_HERE = frozenset({401, 403, 404, 405, 501})
+_ENDED = ("response.completed", "response.incomplete")
 
 
 class OpenAICompatUpstream(PooledHTTP):
@@ -66,6 +69,11 @@ class OpenAICompatUpstream(PooledHTTP):
         self._tokenizes = True  # until the server shows it has no /apply-template and /tokenize
         if self._key:
             self._headers["authorization"] = f"Bearer {self._key}"
+        auth = {"authorization": self._headers["authorization"]} if self._key else {}
+        self.sockets = (  # Responses calls over one WebSocket per session (responses_ws.py)
+            SocketTurns(tier, config, self.limits, auth, self._secrets, self._native_request)
+            if config.websocket else None
+        )  # fmt: skip
 
     def _payload(self, body: dict[str, Any], stream: bool, slot: int | None = None) -> bytes:
         out = self._fields({**self.config.defaults, **body, **self.config.params, "model": self.config.upstream_model})
@@ -212,27 +220,61 @@ class OpenAICompatUpstream(PooledHTTP):
             return Reply(data, prompt=prompt, speed=speed)  # re-encoded without it
         return Reply(data, raw, prompt=prompt, speed=speed)
 
-    def _native_payload(self, native: Native, stream: bool) -> bytes:
-        merged = {**self.config.defaults, **native.body, **self.config.params, "model": self.config.upstream_model}
-        body = responses_input(self._fields(merged), self.tag)  # only this model's encrypted reasoning
-        if "tool_choice" not in native.body and not native.body.get("tools"):
+    def _native_request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A Responses body as this tier gets it: its defaults and params, its model, only the fields its
+        API takes (`_fields`), only its model's encrypted reasoning, its output cap."""
+        merged = {**self.config.defaults, **request, **self.config.params, "model": self.config.upstream_model}
+        body = responses_input(self._fields(merged), self.tag)  # only this model's encrypted reasoning (a copy)
+        if "tool_choice" not in request and not request.get("tools"):
             body.pop("tool_choice", None)
         if self.config.max_output_tokens is not None:
             _cap(body, self.config.max_output_tokens, "max_output_tokens")
-        body["stream"] = stream
-        return orjson.dumps(body)
+        return body
+
+    def _native_payload(self, native: Native, stream: bool) -> bytes:
+        return orjson.dumps({**self._native_request(native.body), "stream": stream})
 
     async def complete_native(self, native: Native, deadline: float, session: Session | None = None) -> Reply:
         """A Responses request, passed through (router/upstream/responses_view.py)."""
         tools = ToolMap.of_request(native.body)
+        if self.sockets is not None and self.sockets.serves(session):  # a socket streams: the whole answer read
+            final: Any = None
+            async for chunk in self.stream_native(native, deadline, session):
+                if chunk.native is not None and chunk.native.get("type") in _ENDED:
+                    final = chunk.native.get("response")
+            if not isinstance(final, dict) or not isinstance(final.get("output"), list):
+                raise UpstreamError(f"tier {self.tier!r} ended its answer without a response", tier=self.tier)
+            return Reply(completion_of(final, tools), native=final)  # its items marked as they streamed
         payload = self._native_payload(native, False)
         url = self.responses_urls[self.affinity.place(session).replica]
         return await self.post_json(url, payload, deadline, lambda raw, data: _response(raw, data, tools, self.tag))
 
     def stream_native(self, native: Native, deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
+        tools = ToolMap.of_request(native.body)
+        replica = self.affinity.place(session).replica
+        url = self.responses_urls[replica]
+
+        def http() -> AsyncIterator[Chunk]:
+            view = ChatView(self.tier, self._secrets, tools, self.tag)
+            return self.post_events(url, self._native_payload(native, True), deadline, view.chunk)
+
+        if self.sockets is not None and session is not None and self.sockets.serves(session):
+            view = ChatView(self.tier, self._secrets, tools, self.tag)
+            return self.sockets.stream(native, deadline, session, replica, view, http)
+        return http()
+
+    async def prewarm(self, native: Native, deadline: float, session: Session, generate: bool = True) -> str | None:
+        """The session's WebSocket opened, `generate: false` sent on it (responses_ws.py): the upstream's id."""
+        if self.sockets is None:
+            return None
         view = ChatView(self.tier, self._secrets, ToolMap.of_request(native.body), self.tag)
-        url = self.responses_urls[self.affinity.place(session).replica]
-        return self.post_events(url, self._native_payload(native, True), deadline, view.chunk)
+        replica = self.affinity.place(session).replica
+        return await self.sockets.prewarm(native, deadline, session, replica, view, generate)
+
+    async def close(self) -> None:
+        await super().close()
+        if self.sockets is not None:
+            await self.sockets.seats.close_all()
 
     def _chunk(self, raw: bytes) -> Chunk:
         try:

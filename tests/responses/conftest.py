@@ -54,3 +54,14 @@ async def recv_response(conn: Any, limit: int = 5000) -> list[Any]:
 async def fake_stats(fake_url: str) -> dict[str, int]:
     async with aiohttp.ClientSession() as s, s.get(root(fake_url) + "/_fake/stats") as r:
         return await r.json()  # type: ignore[no-any-return]
+
+
+async def fake_log(fake_url: str) -> list[dict[str, Any]]:
+    """Everything a fake upstream recorded: HTTP requests, WebSocket upgrades (GET) and messages (WS)."""
+    async with aiohttp.ClientSession() as s, s.get(root(fake_url) + "/_fake/requests") as r:
+        return await r.json()  # type: ignore[no-any-return]
+
+
+def socket_messages(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `response.create` messages a fake received on its WebSockets, in order."""
+    return [e for e in log if e["method"] == "WS"]
