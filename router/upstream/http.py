@@ -383,7 +383,10 @@ async def sse_events(content: aiohttp.StreamReader, limit: int) -> AsyncGenerato
             line = line.rstrip(b"\r")
             if not line:
                 if lines:
-                    ready.append(b"\n".join(lines))
+                    event = b"\n".join(lines)
+                    if len(event) > limit:  # a whole event in one block is bounded too
+                        raise Oversized("upstream_body", limit)
+                    ready.append(event)
                     lines = []
             elif line.startswith(b"data:"):
                 lines.append(line[5:].lstrip(b" "))
