@@ -26,9 +26,9 @@ from typing import Any
 
 import orjson
 
-from router.core.salvage import salvaged_message
 from router.core.validate import Validator
 from router.core.verify import logprob_measure
+from router.flow.salvage import salvaged_message
 from router.policy.model import Tier, Timeouts
 from router.tools.eval.cases import load_cases, offered_names, score
 from router.upstream.openai_compat import OpenAICompatUpstream

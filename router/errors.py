@@ -26,7 +26,7 @@
                                      request failed in every run the router gives it, router/core/repeats.py)
 
 `to_body()` gives the OpenAI error shape `{"error": {"message", "type", "param", "code"}}`. An error of
-a call the router had routed carries its `trace` (router/core/escalation.py), so that the client is
+a call the router had routed carries its `attempts` (router/flow/attempts.py), so that the client is
 told the call's routing (`x-router-*` headers) with the error as with an answer.
 Messages are written by the router, never copied from a traceback, and upstream text is passed
 through `redact()` before it is shown, so keys and key-bearing URLs never reach a client.
@@ -74,7 +74,7 @@ class RouterError(Exception):
     code: ClassVar[str | None] = "internal_error"
     should_retry: ClassVar[bool | None] = None
     retry_after: ClassVar[str | None] = None  # seconds, sent as Retry-After
-    trace: Any = None  # the routed call's Trace (router/core/escalation.py), set by the pipeline
+    attempts: Any = None  # the routed call's Attempts (router/flow/attempts.py), set by the pipeline
 
     def __init__(self, message: str, *, param: str | None = None, status: int | None = None) -> None:
         super().__init__(message)

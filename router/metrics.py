@@ -69,7 +69,7 @@ class Metrics:
             ["limit"],
             registry=r,
         )
-        self.context_exceeded = Counter(  # router/core/escalation.py
+        self.context_exceeded = Counter(  # router/flow/attempts.py
             "router_context_exceeded",
             "Prompts a tier's context did not take, by tier and outcome (escalated: on to a larger tier; "
             "refused: the client got its context error)",

@@ -1,7 +1,7 @@
 """Mistake kinds: one name for each way an answer, or an attempt at one, went wrong — owned here.
 
 Every other place names a kind through this module: the checks (router/core/validate.py), a tier's
-errors (router/errors.py, `UpstreamError.mistake`), the flow (router/core/escalation.py: repair,
+errors (router/errors.py, `UpstreamError.mistake`), the flow (router/flow/attempts.py: repair,
 verifier, skipped tiers, context), agents' reports (router/core/feedback.py), the policy
 (`escalation.on`, router/policy/model.py), the store's and metrics' labels (router/core/record.py,
 router/metrics.py) and the fake upstream's deliberate defects (router/fake/tools.py). They reach

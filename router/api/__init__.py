@@ -24,14 +24,14 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from router.api import access
-from router.api.headers import error_headers
 from router.constants import BODY_IN
 from router.core.open_calls import ConnectionCalls
 from router.errors import BodyTooLarge, ClientGone, Overloaded, RequestTimeout, RouterError, Unauthorized
+from router.flow.summary import error_headers
 from router.upstream.base import Chunk
 
 if TYPE_CHECKING:
-    from router.core.escalation import Trace
+    from router.flow.attempts import Attempts
     from router.runtime import Runtime
 
 log = logging.getLogger("router.api")
@@ -80,10 +80,10 @@ def authorize(router: Runtime, connection: HTTPConnection) -> None:
         raise Unauthorized("A valid API key is required (Authorization: Bearer <key>).")
 
 
-def observe(router: Runtime, trace: Trace, ttft: float | None) -> None:
+def observe(router: Runtime, attempts: Attempts, ttft: float | None) -> None:
     """Count a served call: its final tier and route, time to first byte and in total."""
-    elapsed = asyncio.get_running_loop().time() - trace.started
-    router.metrics.observe_call(trace.tier, trace.route, trace.escalated, ttft or elapsed, elapsed)
+    elapsed = asyncio.get_running_loop().time() - attempts.started
+    router.metrics.observe_call(attempts.tier, attempts.route, attempts.escalated, ttft or elapsed, elapsed)
 
 
 class Admission:
@@ -102,10 +102,10 @@ class Admission:
         self.scope = scope
         self._held = True
 
-    def served(self, trace: Trace, ttft: float | None) -> None:
-        observe(self.router, trace, ttft)
+    def served(self, attempts: Attempts, ttft: float | None) -> None:
+        observe(self.router, attempts, ttft)
         if self.scope is not None:
-            access.note(self.scope, trace)
+            access.note(self.scope, attempts)
 
     def release(self) -> None:
         if self._held:

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from router.api.headers import prompt_tokens
+from router.flow.summary import prompt_tokens
 
 if TYPE_CHECKING:
-    from router.core.escalation import Trace
     from router.errors import RouterError
+    from router.flow.attempts import Attempts
 
 log = logging.getLogger("router.access")
 
@@ -44,30 +44,34 @@ _NO_PROMPT = "evaluated=- reused=-"
 _SEEN = "router.access"  # the scope's key of what the line will say
 
 
-def turn(scope: Scope, status: int, trace: Trace | None, started: float) -> None:
+def turn(scope: Scope, status: int, attempts: Attempts | None, started: float) -> None:
     """A WebSocket turn's line (`started`: its `time.perf_counter()`); nothing when the log is off."""
     if scope.get(_SEEN) is None:
         return
-    tier, route, escalated = (trace.tier, trace.route, str(trace.escalated).lower()) if trace else ("-", "-", "-")
-    prompt = prompt_tokens(trace) if trace and (trace.prompt_evaluated or trace.prompt_reused) else _NO_PROMPT
+    tier, route, escalated = (
+        (attempts.tier, attempts.route, str(attempts.escalated).lower()) if attempts else ("-", "-", "-")
+    )
+    prompt = (
+        prompt_tokens(attempts) if attempts and (attempts.prompt_evaluated or attempts.prompt_reused) else _NO_PROMPT
+    )
     log.info(
         "WS %s %s tier=%s route=%s escalated=%s %s %.1fms",  # the middleware's line, for one turn
         scope.get("path", ""), status, tier, route, escalated, prompt, (time.perf_counter() - started) * 1000,
     )  # fmt: skip
 
 
-def note(scope: Scope, trace: Trace) -> None:
+def note(scope: Scope, attempts: Attempts) -> None:
     """The call's final decision, for its line (nothing when the log is off)."""
     if (seen := scope.get(_SEEN)) is not None:
-        seen.update(tier=trace.tier, route=trace.route, escalated="true" if trace.escalated else "false")
-        if trace.prompt_evaluated or trace.prompt_reused:
-            seen["prompt"] = prompt_tokens(trace)
+        seen.update(tier=attempts.tier, route=attempts.route, escalated="true" if attempts.escalated else "false")
+        if attempts.prompt_evaluated or attempts.prompt_reused:
+            seen["prompt"] = prompt_tokens(attempts)
 
 
 def note_failure(scope: Scope, exc: RouterError) -> None:
     """A call that failed once routed: its line names the tier and route it failed on."""
-    if exc.trace is not None:
-        note(scope, exc.trace)
+    if exc.attempts is not None:
+        note(scope, exc.attempts)
 
 
 class AccessLog:

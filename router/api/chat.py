@@ -7,11 +7,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from router.api import admitted, endpoint, lower_headers, observe
-from router.api.headers import router_headers
 from router.api.sse import SSEResponse, framed
-from router.core import pipeline
 from router.core.call import chat_call
 from router.errors import RouterError
+from router.flow import pipeline
+from router.flow.summary import router_headers
 from router.upstream.base import Chunk
 
 
@@ -21,18 +21,18 @@ async def completions(request: Request) -> Response:
         router = admission.router
         call = chat_call(admission.body, lower_headers(request))
         if call.stream:
-            trace, chunks = await pipeline.stream(router, call)
+            attempts, chunks = await pipeline.stream(router, call)
             chunks = admission.to_stream(chunks)
-            frames = framed(admission, trace, chunks, _data, fail=_error, done=b"data: [DONE]\n\n")
-            return SSEResponse(admission, frames, router_headers(trace))
-        trace, reply = await pipeline.complete(router, call)
-        observe(router, trace, None)
+            frames = framed(admission, attempts, chunks, _data, fail=_error, done=b"data: [DONE]\n\n")
+            return SSEResponse(admission, frames, router_headers(attempts))
+        attempts, reply = await pipeline.complete(router, call)
+        observe(router, attempts, None)
         body = reply.raw or orjson.dumps(reply.data)
-        return Response(body, headers=router_headers(trace), media_type="application/json")
+        return Response(body, headers=router_headers(attempts), media_type="application/json")
 
 
 def _data(chunk: Chunk) -> bytes:
-    if chunk.beat:  # no answer yet (router/core/pipeline.py's `stream`): an SSE comment keeps the stream alive
+    if chunk.beat:  # no answer yet (router/flow/pipeline.py's `stream`): an SSE comment keeps the stream alive
         return b": keep-alive\n\n"
     return b"".join((b"data: ", chunk.raw if chunk.raw is not None else orjson.dumps(chunk.data), b"\n\n"))
 

@@ -18,11 +18,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from router.api import admitted, authorize, endpoint, lower_headers, observe, read_body, router_of
-from router.api.headers import error_headers, router_headers
 from router.api.sse import SSEResponse, framed, sse_frame
-from router.core import pipeline
 from router.core.call import Call, parse_body, refuse_forbidden
 from router.errors import BadRequest, Overloaded, RouterError
+from router.flow import pipeline
+from router.flow.summary import error_headers, router_headers
 from router.messages.events import Event, MessageEvents, error_body
 from router.messages.translate import chat_body, message_of, new_message_id
 from router.policy.decide import features_of
@@ -61,24 +61,24 @@ async def create(request: Request) -> Response:
         call = messages_call(admission.body, lower_headers(request))
         model = str(call.body["model"])
         if call.stream:
-            trace, chunks = await pipeline.stream(router, call)
+            attempts, chunks = await pipeline.stream(router, call)
             chunks = admission.to_stream(chunks)
             events = MessageEvents(new_message_id(), model)
             frames = framed(
                 admission,
-                trace,
+                attempts,
                 chunks,
                 lambda chunk: _frames(events.feed(chunk)),
                 fail=lambda exc: sse_frame(error_body(exc)),
                 close=lambda: _frames(events.close()),
             )
-            return SSEResponse(admission, frames, router_headers(trace))
-        trace, reply = await pipeline.complete(router, call)
-        observe(router, trace, None)
+            return SSEResponse(admission, frames, router_headers(attempts))
+        attempts, reply = await pipeline.complete(router, call)
+        observe(router, attempts, None)
         if reply.native is not None and reply.raw is not None:  # the tier's own answer, untouched
-            return Response(reply.raw, headers=router_headers(trace), media_type="application/json")
+            return Response(reply.raw, headers=router_headers(attempts), media_type="application/json")
         message = message_of(reply.data, model, new_message_id())
-        return Response(orjson.dumps(message), headers=router_headers(trace), media_type="application/json")
+        return Response(orjson.dumps(message), headers=router_headers(attempts), media_type="application/json")
 
 
 @anthropic_endpoint

@@ -23,12 +23,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from router.api import access, admitted, endpoint, lower_headers, observe
-from router.api.headers import router_headers
 from router.api.sse import SSE_HEADERS, SSEResponse, framed, sse_frame
-from router.core import pipeline
 from router.core.call import parse_body
 from router.core.response_state import Stored
 from router.errors import ContextExceeded
+from router.flow import pipeline
+from router.flow.summary import router_headers
 from router.responses import turn as turns
 
 
@@ -51,16 +51,16 @@ async def create(request: Request) -> Response:
 
         if stream:
             try:
-                trace, chunks = await pipeline.stream(router, turn.call)
+                attempts, chunks = await pipeline.stream(router, turn.call)
             except ContextExceeded as exc:  # as OpenAI streams it: a failed response (Codex compacts)
                 access.note_failure(request.scope, exc)
                 failed = b"".join(sse_frame(event) for event in turns.failed(turn, exc))
                 return Response(failed, headers=SSE_HEADERS, media_type="text/event-stream")
             chunks = admission.to_stream(chunks)
-            frames = framed(admission, trace, turns.events(turn, trace, chunks, save), sse_frame)
-            headers = {**router_headers(trace), **turns.left_out(router, turn, trace), **echoed}
+            frames = framed(admission, attempts, turns.events(turn, attempts, chunks, save), sse_frame)
+            headers = {**router_headers(attempts), **turns.left_out(router, turn, attempts), **echoed}
             return SSEResponse(admission, frames, headers)
-        trace, response = await turns.complete(router, turn, save)
-        observe(router, trace, None)
-        headers = {**router_headers(trace), **turns.left_out(router, turn, trace), **echoed}
+        attempts, response = await turns.complete(router, turn, save)
+        observe(router, attempts, None)
+        headers = {**router_headers(attempts), **turns.left_out(router, turn, attempts), **echoed}
         return Response(orjson.dumps(response), headers=headers, media_type="application/json")

@@ -55,19 +55,19 @@ import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from router.api import Admission, access, authorize, error_response, lower_headers, observe
-from router.api.headers import summary
-from router.core import pipeline
 from router.core.call import check_depth
 from router.core.response_state import ResponseCache, Stored
 from router.errors import BadRequest, ContextExceeded, InvalidJSON, RouterError, Unauthorized
+from router.flow import pipeline
+from router.flow.summary import summary
 from router.responses import turn as turns
 from router.responses.events import Event, error_event
 
 if TYPE_CHECKING:
-    from router.core.escalation import Trace
+    from router.flow.attempts import Attempts
     from router.runtime import Runtime
 
-Turn = tuple[int, "Trace | None"]  # how a turn ended, for its access log line: status, the routed call
+Turn = tuple[int, "Attempts | None"]  # how a turn ended, for its access log line: status, the routed call
 
 log = logging.getLogger("router.api.ws")
 
@@ -211,18 +211,18 @@ class Connection:
             self.running += 1
             started = time.perf_counter()
             try:
-                status, trace = await self._handle(event, stream)
+                status, attempts = await self._handle(event, stream)
             except (WebSocketDisconnect, OSError):
                 raise  # the client left: nothing to answer
             except Exception as exc:  # a bug must not end the connection; no traceback (request data)
                 log.error("unexpected %s handling a websocket message", type(exc).__name__)
                 failure = RouterError("The router failed unexpectedly; the error was logged.")
                 await self.send(error_event(failure), stream)
-                status, trace = failure.http_status, None
+                status, attempts = failure.http_status, None
             finally:
                 self.running -= 1
                 self.seen = time.monotonic()
-            access.turn(self.ws.scope, status, trace, started)
+            access.turn(self.ws.scope, status, attempts, started)
 
     async def send(self, event: Event, stream: str = "") -> None:
         if stream:
@@ -234,10 +234,10 @@ class Connection:
     async def failed(self, exc: RouterError, stream: str = "") -> Turn:
         """A turn that ends with an `error` event (with the call's routing, once it was routed)."""
         event = error_event(exc)
-        if exc.trace is not None:
-            event["router"] = orjson.loads(summary(exc.trace))
+        if exc.attempts is not None:
+            event["router"] = orjson.loads(summary(exc.attempts))
         await self.send(event, stream)
-        return exc.http_status, exc.trace
+        return exc.http_status, exc.attempts
 
     async def _handle(self, event: Any, stream: str) -> Turn:
         if isinstance(event, InvalidJSON):
@@ -285,7 +285,7 @@ class Connection:
             # that answers; a failure before it is one `error` event (nothing of a response was sent).
             try:
                 with router.open.running():  # ended, in this API's shape, at shutdown
-                    trace, chunks = await pipeline.stream(router, turn.call)
+                    attempts, chunks = await pipeline.stream(router, turn.call)
             except asyncio.CancelledError:
                 if (reason := router.open.ended()) is None:
                     raise
@@ -293,24 +293,24 @@ class Connection:
             except ContextExceeded as exc:  # as OpenAI sends it: a failed response (Codex compacts)
                 for event in turns.failed(turn, exc):
                     await self.send(event, stream)
-                return exc.http_status, exc.trace
+                return exc.http_status, exc.attempts
             except RouterError as exc:
                 return await self.failed(exc, stream)
             except Exception as exc:  # no traceback: it could carry request data or upstream details
                 log.error("unexpected %s in response %s", type(exc).__name__, turn.id)
                 failure = RouterError("The router failed unexpectedly; the error was logged.")
                 return await self.failed(failure, stream)
-            ttft = asyncio.get_running_loop().time() - trace.started
-            turns.left_out(router, turn, trace)  # counted as on HTTP (no header to name it in)
+            ttft = asyncio.get_running_loop().time() - attempts.started
+            turns.left_out(router, turn, attempts)  # counted as on HTTP (no header to name it in)
             status = 200
             try:
-                async with aclosing(turns.events(turn, trace, router.open.stream(chunks), save)) as events:
+                async with aclosing(turns.events(turn, attempts, router.open.stream(chunks), save)) as events:
                     async for ev in events:
                         if ev["type"] == "error":
                             status = ev["status"]
                         await self.send(ev, stream)
             finally:
-                observe(router, trace, ttft)
-            return status, trace
+                observe(router, attempts, ttft)
+            return status, attempts
         finally:
             admission.release()

@@ -28,11 +28,11 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from router.api import Admission
-from router.api.headers import summary
 from router.errors import RouterError
+from router.flow.summary import summary
 
 if TYPE_CHECKING:
-    from router.core.escalation import Trace
+    from router.flow.attempts import Attempts
 
 T = TypeVar("T")
 
@@ -50,7 +50,7 @@ def _nothing() -> bytes:
 
 async def framed(
     admission: Admission,
-    trace: Trace,
+    attempts: Attempts,
     items: AsyncIterator[T],
     frame: Callable[[T], bytes],
     *,
@@ -59,7 +59,7 @@ async def framed(
     done: bytes = b"",
 ) -> AsyncIterator[bytes]:
     """The SSE bytes of `items` (see the module's docstring); without `fail`, an error is raised."""
-    ttft = asyncio.get_running_loop().time() - trace.started
+    ttft = asyncio.get_running_loop().time() - attempts.started
     pending: list[bytes] = []  # frames of items that arrived together go out in one write
     try:
         try:
@@ -71,16 +71,16 @@ async def framed(
         except RouterError as exc:
             if fail is None:
                 raise
-            yield b"".join((*pending, fail(exc), b": router ", summary(trace), b"\n\n"))
+            yield b"".join((*pending, fail(exc), b": router ", summary(attempts), b"\n\n"))
             return
-        yield b"".join((*pending, close(), b": router ", summary(trace), b"\n\n", done))
+        yield b"".join((*pending, close(), b": router ", summary(attempts), b"\n\n", done))
     finally:
         try:
             if isinstance(items, AsyncGenerator):
                 await items.aclose()
         finally:
             admission.release()
-            admission.served(trace, ttft)
+            admission.served(attempts, ttft)
 
 
 class SSEResponse(StreamingResponse):

@@ -14,7 +14,7 @@ none gets its own API's error with the numbers (router/errors.py, `ContextExceed
       .settled(within)        asks in flight, waited for `within` seconds at most: GET /v1/models reports them
 
 A tier whose window is not known is taken to fit any prompt: its server says otherwise with an
-error, which the call answers by going on to a tier with a larger window (router/core/escalation.py).
+error, which the call answers by going on to a tier with a larger window (router/flow/attempts.py).
 """
 
 from __future__ import annotations

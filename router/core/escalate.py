@@ -1,4 +1,4 @@
-"""`Escalate`: the signal that a call's attempt is to be followed by another. `escalation.Trace`
+"""`Escalate`: the signal that a call's attempt is to be followed by another. `attempts.Attempts`
 raises it inside an attempt; the attempt loop retries on it and tracing reads it."""
 
 from __future__ import annotations

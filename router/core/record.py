@@ -1,5 +1,5 @@
 """What one call leaves behind: events in the store (stats, sticky sessions, adaptive routes) and
-Prometheus counts. `escalation.Trace` decides; a `Record` writes down what it decided.
+Prometheus counts. `attempts.Attempts` decides; a `Record` writes down what it decided.
 
     attempt(tier, tools, found)     one answer of `tier` (or its failure): the call, each offered
                                     tool it called or fumbled, each mistake, and `MISTAKEN` once
@@ -71,7 +71,7 @@ class Record:
         self.store.record([Event(tier, self.route, kind=ESCALATED, session=self.call.session.id)])
 
     def salvaged(self, tier: str, tools: Sequence[str]) -> None:
-        """`tier` wrote these calls as text and they were made structured (router/core/salvage.py)."""
+        """`tier` wrote these calls as text and they were made structured (router/flow/salvage.py)."""
         self.store.record([Event(tier, self.route, tool=t, kind=SALVAGED, session=self.call.session.id) for t in tools])
 
     def rejected(self, tier: str, tool: str) -> None:

@@ -6,7 +6,7 @@ calls for nothing. So the router remembers such a request by a digest of what it
 (the call's chat body after its lane, keys sorted, without the fields that do not change a greedy
 answer: `stream`, `stream_options`, `max_tokens`, `max_completion_tokens` — Claude Code retries a
 failed stream unstreamed, with a smaller `max_tokens`), and runs a repeat of it as the policy's
-`escalation.repeat` says (router/policy/model.py; `Trace` applies it, router/core/escalation.py):
+`escalation.repeat` says (router/policy/model.py; `Attempts` applies it, router/flow/attempts.py):
 
     repeats 1 .. resample   resampled: every attempt on `repeat.tier` (default: the escalation chain's
                             last tier), at `repeat.temperature`, without the client's `seed`

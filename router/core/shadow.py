@@ -5,7 +5,7 @@
         use: fast
         shadow: {rate: 0.05, tier: full, judge: full}     # mode: judge (default) | record
 
-On the request path (`Trace.delivered` → `Shadower.offer`) there is a random draw against `rate`,
+On the request path (`Attempts.delivered` → `Shadower.offer`) there is a random draw against `rate`,
 a check of the in-flight bound and one background task (`Runtime.background`) — nothing that can
 wait or raise into the call. Calls answered by the reference tier itself are not shadowed.
 

@@ -103,7 +103,7 @@ class Gate:
         return self.hold_text and self._suspect is True and not self.calls and not self._native_tail
 
     def replace_text(self, content: str | None, calls: list[dict[str, Any]]) -> None:
-        """Salvage (router/core/salvage.py): the held text becomes `content` and these calls, finish tool_calls."""
+        """Salvage (router/flow/salvage.py): the held text becomes `content` and these calls, finish tool_calls."""
         self._held = [c for c in self._held if not (c.data.get("choices") or [{}])[0].get("delta", {}).get("content")]
         if content:
             self._held.append(self._synth({"content": content}))

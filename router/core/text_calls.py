@@ -10,7 +10,7 @@ the validator's judgement.
                                 `tool_calls` or `function` wrappers, lists), else `name(...)` as the
                                 whole answer or opening a ```tool_code fence (Gemma)
     written_call_objects()      the same JSON calls with their arguments and where they sit (what
-                                router/core/salvage.py turns into structured calls)
+                                router/flow/salvage.py turns into structured calls)
     TextRules.announced()       a forward-looking announcement ("I'll call <tool>", "Calling <tool>")
                                 matched by `announced_call_patterns`; `<tool>` is any offered name
     opens_like_call(text)       the answer opens like a call written as JSON (`{"name": …, "arguments": …`

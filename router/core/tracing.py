@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 
 class Traced(Protocol):
-    """What a span reads of a call's `escalation.Trace` (so tracing needs no import of it)."""
+    """What a span reads of a call's `attempts.Attempts` (so tracing needs no import of it)."""
 
     call: Call
     started: float
@@ -110,7 +110,7 @@ class _Off:
 
     __slots__ = ()
 
-    def attempt(self, trace: Traced) -> contextlib.nullcontext[None]:
+    def attempt(self, attempts: Traced) -> contextlib.nullcontext[None]:
         return _NULL
 
     def answer(self, data: Mapping[str, Any]) -> None:
@@ -119,7 +119,7 @@ class _Off:
     def chunk(self, chunk: Chunk) -> Chunk:
         return chunk
 
-    def end(self, trace: Traced) -> None:
+    def end(self, attempts: Traced) -> None:
         pass
 
 
@@ -184,12 +184,12 @@ class Tracing:
         if provider is not None:
             await asyncio.to_thread(provider.shutdown)
 
-    def start(self, trace: Traced) -> CallSpan | _Off:
+    def start(self, attempts: Traced) -> CallSpan | _Off:
         """The span of a routed call, or OFF (tracing off, or this call not sampled: its attempts
         would not be either, and a span that records nothing needs nothing more)."""
         if self._tracer is None:
             return OFF
-        span = CallSpan(self, trace)
+        span = CallSpan(self, attempts)
         return span if span.span.is_recording() else OFF
 
 
@@ -206,10 +206,10 @@ def _content(value: Any) -> str:
 class CallSpan:
     """One call's span and its attempts' child spans."""
 
-    def __init__(self, tracing: Tracing, trace: Traced) -> None:
+    def __init__(self, tracing: Tracing, attempts: Traced) -> None:
         api = tracing.api
         self._tracing = tracing
-        body = trace.call.body
+        body = attempts.call.body
         self._requested = str(body.get("model", ""))
         attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.request.model": self._requested}
         for field in ("max_tokens", "temperature", "top_p"):
@@ -218,21 +218,21 @@ class CallSpan:
                 attributes[f"gen_ai.request.{field}"] = value
         if tracing.capture and isinstance(body.get("messages"), list):
             attributes["gen_ai.input.messages"] = _content(body["messages"])
-        self._context = api.extract(trace.call.headers)  # the client's traceparent, if any
+        self._context = api.extract(attempts.call.headers)  # the client's traceparent, if any
         self.span = tracing._tracer.start_span(
             f"chat {self._requested}".strip(),
             context=self._context,
             kind=api.SpanKind.SERVER,
             attributes=attributes,
-            start_time=_epoch_ns(trace.started),
+            start_time=_epoch_ns(attempts.started),
         )
         self._seen_model = False
         self._text: list[str] = []  # streams, content capture only: the text sent
         self._tools: dict[int, dict[str, str]] = {}  # ...and the tool calls, by index
 
-    def attempt(self, trace: Traced) -> _AttemptSpan:
+    def attempt(self, attempts: Traced) -> _AttemptSpan:
         """A child span around one attempt (the tier is known once the attempt has picked it)."""
-        return _AttemptSpan(self, trace)
+        return _AttemptSpan(self, attempts)
 
     def answer(self, data: Mapping[str, Any]) -> None:
         """The whole answer of a JSON call: response model, id, finish reasons, usage."""
@@ -283,18 +283,22 @@ class CallSpan:
                 call["name"] += str(function.get("name") or "")
                 call["arguments"] += str(function.get("arguments") or "")
 
-    def end(self, trace: Traced) -> None:
+    def end(self, attempts: Traced) -> None:
         """The call is over; the exception ending it, if any, is the one being raised (sys.exc_info)."""
         exc = sys.exc_info()[1]
         attributes: dict[str, Any] = {
-            "agent_router.tier": trace.tier,
-            "agent_router.route": trace.route,
-            "agent_router.reason": trace.decision.reason,
-            "agent_router.escalated": trace.escalated,
-            "agent_router.tiers": trace.tried,
-            "agent_router.lane": trace.lane.name,
+            "agent_router.tier": attempts.tier,
+            "agent_router.route": attempts.route,
+            "agent_router.reason": attempts.decision.reason,
+            "agent_router.escalated": attempts.escalated,
+            "agent_router.tiers": attempts.tried,
+            "agent_router.lane": attempts.lane.name,
         }
-        for key, value in (("mistakes", trace.mistakes), ("verdicts", trace.verdicts), ("repaired", trace.repaired)):
+        for key, value in (
+            ("mistakes", attempts.mistakes),
+            ("verdicts", attempts.verdicts),
+            ("repaired", attempts.repaired),
+        ):
             if value:  # absent: none (each attribute costs the exporter's encoding)
                 attributes[f"agent_router.{key}"] = value
         self.span.set_attributes(attributes)
@@ -318,9 +322,9 @@ class _AttemptSpan:
 
     __slots__ = ("_call", "_marks", "_span", "_trace")
 
-    def __init__(self, call: CallSpan, trace: Traced) -> None:
-        self._call, self._trace = call, trace
-        self._marks = (len(trace.tried), len(trace.mistakes), len(trace.verdicts))
+    def __init__(self, call: CallSpan, attempts: Traced) -> None:
+        self._call, self._trace = call, attempts
+        self._marks = (len(attempts.tried), len(attempts.mistakes), len(attempts.verdicts))
         api = call._tracing.api
         parent = api.set_span_in_context(call.span, call._context)
         self._span = call._tracing._tracer.start_span("chat", context=parent, kind=api.SpanKind.CLIENT)
@@ -329,7 +333,7 @@ class _AttemptSpan:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        span, trace = self._span, self._trace
+        span, attempts = self._span, self._trace
         tried, mistakes, verdicts = self._marks
         outcome = "answered" if exc is None else _attempt_outcome(exc)
         if outcome == "failed":
@@ -337,9 +341,9 @@ class _AttemptSpan:
             api = self._call._tracing.api
             span.set_status(api.Status(api.StatusCode.ERROR, type(exc).__name__))
             span.set_attribute("error.type", _error_type(exc))
-        tiers = trace.tried[tried:]
-        tier = tiers[0] if tiers else trace.tier
-        model = trace.policy.models.get(tier)
+        tiers = attempts.tried[tried:]
+        tier = tiers[0] if tiers else attempts.tier
+        model = attempts.policy.models.get(tier)
         upstream = model.upstream_model if model is not None else tier
         span.update_name(f"chat {upstream}")
         attributes: dict[str, Any] = {
@@ -352,10 +356,10 @@ class _AttemptSpan:
         }
         if len(tiers) > 1:
             attributes["agent_router.tiers"] = tiers  # hedged: raced against another tier
-        if trace.mistakes[mistakes:]:
-            attributes["agent_router.mistakes"] = trace.mistakes[mistakes:]
-        if trace.verdicts[verdicts:]:
-            attributes["agent_router.verdicts"] = trace.verdicts[verdicts:]
+        if attempts.mistakes[mistakes:]:
+            attributes["agent_router.mistakes"] = attempts.mistakes[mistakes:]
+        if attempts.verdicts[verdicts:]:
+            attributes["agent_router.verdicts"] = attempts.verdicts[verdicts:]
         span.set_attributes(attributes)
         span.end()
 

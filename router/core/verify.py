@@ -3,7 +3,7 @@
     verdict = await verify(tiers, verdicts, spec, tier, body, choice, deadline, stronger)
 
 runs on answers that passed the format checks and hold a tool call (streamed ones too, held until
-the verdict), of a tier with a stronger one after it in the chain (see `Trace.verify`). Each
+the verdict), of a tier with a stronger one after it in the chain (see `Attempts.verify`). Each
 verifier returns a `Verdict`:
 
     judge     ask a tier (default: the escalation tier) a short, output-constrained question —

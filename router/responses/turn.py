@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from router.api.headers import summary
-from router.core import pipeline
 from router.core.call import Call
-from router.core.escalation import Trace
 from router.core.lanes import LANE_FIELDS
 from router.core.response_state import ResponseCache, ResponseState, Stored, stored
 from router.errors import BadRequest, ContextExceeded, RouterError
+from router.flow import pipeline
+from router.flow.attempts import Attempts
+from router.flow.summary import summary
 from router.policy.decide import features_of
 from router.policy.model import Policy
 from router.responses.events import Event, EventBuilder
@@ -138,11 +138,11 @@ def prepare(
     return Turn(request, new_id("resp"), int(time.time()), call, history, t.new, t.tools, dict(t.left_out))
 
 
-def left_out(router: Runtime, turn: Turn, trace: Trace) -> dict[str, str]:
-    """What the tier answering `trace` was not sent of this request: counted in `router_left_out_total`,
+def left_out(router: Runtime, turn: Turn, attempts: Attempts) -> dict[str, str]:
+    """What the tier answering `attempts` was not sent of this request: counted in `router_left_out_total`,
     its tool types named in the `x-router-dropped-tools` header. Nothing when that tier took the request
     as it came (`apis: [responses]`): only a chat tier's view leaves things out."""
-    if trace.answered_natively or not turn.left_out:
+    if attempts.answered_natively or not turn.left_out:
         return {}
     router.metrics.observe_left_out("responses", turn.left_out)
     return left_out_headers(turn)
@@ -164,8 +164,8 @@ def passes_through(policy: Policy) -> bool:
     return any("responses" in tier.apis for tier in policy.models.values())
 
 
-async def complete(router: Runtime, turn: Turn, save: Save) -> tuple[Trace, dict[str, Any]]:
-    trace, reply = await pipeline.complete(router, turn.call)
+async def complete(router: Runtime, turn: Turn, save: Save) -> tuple[Attempts, dict[str, Any]]:
+    attempts, reply = await pipeline.complete(router, turn.call)
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
@@ -181,15 +181,17 @@ async def complete(router: Runtime, turn: Turn, save: Save) -> tuple[Trace, dict
         finish_reason=choice.get("finish_reason"),
     )
     answered = reply.native.get("id") if reply.native is not None else None
-    save(turn.remember(output, _upstream(trace, answered)))
-    return trace, response
+    save(turn.remember(output, _upstream(attempts, answered)))
+    return attempts, response
 
 
 def event_builder(turn: Turn) -> EventBuilder:
     return EventBuilder(turn.request, turn.id, turn.created_at, turn.tools)
 
 
-async def events(turn: Turn, trace: Trace, chunks: AsyncIterator[Chunk], save: Save) -> AsyncGenerator[Event, None]:
+async def events(
+    turn: Turn, attempts: Attempts, chunks: AsyncIterator[Chunk], save: Save
+) -> AsyncGenerator[Event, None]:
     """The events of one streamed response, from a pipeline stream (whose first chunk is there
     already: `response.created` names its model at no wait). The chunk stream is closed however
     this ends (closing the pipeline's generator closes the upstream connection mid-answer)."""
@@ -208,7 +210,7 @@ async def events(turn: Turn, trace: Trace, chunks: AsyncIterator[Chunk], save: S
             for ev in _feed(b, chunk):
                 yield ev
     except RouterError as exc:
-        yield {**b.error(exc), "router": orjson.loads(summary(trace))}  # the routing, as on `response.completed`
+        yield {**b.error(exc), "router": orjson.loads(summary(attempts))}  # the routing, as on `response.completed`
         return
     except Exception as exc:  # no traceback: it could carry request data or upstream details
         log.error("unexpected %s while streaming response %s", type(exc).__name__, turn.id)
@@ -219,16 +221,16 @@ async def events(turn: Turn, trace: Trace, chunks: AsyncIterator[Chunk], save: S
             await aclose()
     for ev in b.close():
         yield ev
-    save(turn.remember(b.output, _upstream(trace, answered)))
-    yield b.final(router=orjson.loads(summary(trace)))
+    save(turn.remember(b.output, _upstream(attempts, answered)))
+    yield b.final(router=orjson.loads(summary(attempts)))
 
 
-def _upstream(trace: Trace, answered: Any) -> tuple[str, str] | None:
+def _upstream(attempts: Attempts, answered: Any) -> tuple[str, str] | None:
     """(tier, the upstream's id) when this response is that one native answer unchanged: one attempt,
     the client's request as it came, nothing salvaged."""
-    if not isinstance(answered, str) or not answered or len(trace.tried) != 1 or trace.salvaged:
+    if not isinstance(answered, str) or not answered or len(attempts.tried) != 1 or attempts.salvaged:
         return None
-    return (trace.tier, answered) if trace.answered_natively else None
+    return (attempts.tier, answered) if attempts.answered_natively else None
 
 
 def _feed(b: EventBuilder, chunk: Chunk) -> list[Event]:

@@ -119,7 +119,7 @@ ESCALATED = "escalated"
 # Not a kind either: counts a call (and each tool it fumbled) once when it had any mistake, however
 # many kinds; `mistake_rate` in stats is these over calls.
 MISTAKEN = "mistaken"
-# Not a mistake either: an answer whose tool call, written as text, was made structured (router/core/salvage.py).
+# Not a mistake either: an answer whose tool call, written as text, was made structured (router/flow/salvage.py).
 SALVAGED = "salvaged"
 
 # Not mistakes either: prompt tokens a tier's server evaluated, and reused from its cache (a session's

@@ -25,7 +25,7 @@ How llama-cpp-python 0.3.36's servers are run (measured on 2 cores):
                       (it shows them only inside a system message: the policy's `tools_system`)
   no --chat_format    full (Qwen2.5-Coder): the GGUF's own template, which shows the tools with or
                       without a system message; the model writes its calls as text (```json or
-                      <tool_call>), which salvage turns into tool calls (router/core/salvage.py). Under
+                      <tool_call>), which salvage turns into tool calls (router/flow/salvage.py). Under
                       chatml-function-calling it answered an empty "message" to a weather question.
   --n_threads / --n_threads_batch = cores // 2   each server gets its own core. Measured on a busy
                       2-core machine, one server: 1 thread 61 tokens/s generated, 162 prompt

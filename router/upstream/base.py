@@ -74,7 +74,7 @@ class Chunk:
     more: bool = False  # the next event was already received (the transport may coalesce writes)
     native: dict[str, Any] | None = None  # the upstream's event in the client's own API (pass-through)
     prompt: Prompt | None = None  # the server's count of the prompt (on the event that carries usage)
-    beat: bool = False  # no answer yet: a keep-alive for the client (router/core/pipeline.py's `stream`)
+    beat: bool = False  # no answer yet: a keep-alive for the client (router/flow/pipeline.py's `stream`)
     speed: Speed | None = None  # the speed the answer is served at (on the events that say it)
 
 

@@ -16,9 +16,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from router.core.salvage import salvaged_message
 from router.core.validate import Validator
 from router.fake import FakeConfig
+from router.flow.salvage import salvaged_message
 from tests.api.helpers import TOOLS, USER, assert_valid_weather_call, fake_requests, get, post, stream_reassembled
 from tests.conftest import policy_text, serve_app, upstream_app
 

@@ -10,14 +10,14 @@ from typing import Any
 import orjson
 import pytest
 
-from router.api.headers import error_headers, router_headers, summary
-from router.core import pipeline
 from router.core.call import Call, chat_call
 from router.core.repeats import Repeats, digest, resampled
 from router.errors import ChecksFailed, ChecksFailedRepeatedly
+from router.flow import pipeline
+from router.flow.summary import error_headers, router_headers, summary
 from router.policy.loader import PolicyError, parse_policy
 from tests.conftest import policy_text
-from tests.core.test_pipeline import ask
+from tests.flow.test_pipeline import ask
 from tests.scripted import UNUSED, WEATHER, Scripted, call, started, text
 
 BAD = call("get_weather", '{"town": "Paris"}')  # schema_violation
@@ -92,13 +92,13 @@ async def test_a_repeat_is_resampled_on_the_strongest_tier_and_forgotten_once_it
         with pytest.raises(ChecksFailed) as first:
             await pipeline.complete(router, ask("weather?", tools=True))
         assert first.value.should_retry and "run again resampled" in first.value.message
-        assert first.value.trace is not None and router_headers(first.value.trace)["x-router-exhausted"] == "true"
-        trace, reply = await pipeline.complete(router, ask("weather?", tools=True))  # the agent's retry
-        assert trace.repeat == "resampled" and trace.tried == ["full"] and reply.data["model"] == "full"
-        assert router_headers(trace)["x-router-repeat"] == "resampled"
-        assert orjson.loads(summary(trace))["repeat"] == "resampled"
-        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))  # passed: forgotten
-        assert trace.repeat is None and trace.tried == ["fast"]
+        assert first.value.attempts is not None and router_headers(first.value.attempts)["x-router-exhausted"] == "true"
+        attempts, reply = await pipeline.complete(router, ask("weather?", tools=True))  # the agent's retry
+        assert attempts.repeat == "resampled" and attempts.tried == ["full"] and reply.data["model"] == "full"
+        assert router_headers(attempts)["x-router-repeat"] == "resampled"
+        assert orjson.loads(summary(attempts))["repeat"] == "resampled"
+        attempts, _ = await pipeline.complete(router, ask("weather?", tools=True))  # passed: forgotten
+        assert attempts.repeat is None and attempts.tried == ["fast"]
         assert (counted(router, "resampled"), counted(router, "answered"), counted(router, "refused")) == (1, 1, 0)
     assert [("temperature" in b, "seed" in b) for b in fast.bodies] == [(False, False), (False, False)]
     assert full.bodies[0].get("temperature") is None  # the first run's escalation: as the client asked
@@ -113,7 +113,7 @@ async def test_a_resampled_run_keeps_to_its_tier_and_the_last_one_tells_the_clie
         with pytest.raises(ChecksFailedRepeatedly) as last:
             await pipeline.complete(router, ask("weather?", tools=True))
         assert not last.value.should_retry and "in each of its last 2 runs" in last.value.message
-        assert last.value.trace.tried == ["full", "full"]  # both attempts on the resample tier, sampled
+        assert last.value.attempts.tried == ["full", "full"]  # both attempts on the resample tier, sampled
         with pytest.raises(ChecksFailedRepeatedly) as refused:
             await pipeline.complete(router, ask("weather?", tools=True))
         headers = error_headers(refused.value)
@@ -131,13 +131,13 @@ async def test_resample_zero_refuses_the_first_repeat_and_null_runs_repeats_as_t
             await pipeline.complete(router, ask("weather?", tools=True))
         with pytest.raises(ChecksFailedRepeatedly) as refused:
             await pipeline.complete(router, ask("weather?", tools=True))
-        assert refused.value.trace.tried == []
+        assert refused.value.attempts.tried == []
     fast, full = Scripted("fast", [BAD, BAD]), Scripted("full", [BAD, BAD])
     async with started(policy("null"), tmp_path, fast=fast, full=full) as router:
         for _ in range(2):
             with pytest.raises(ChecksFailed) as failed:
                 await pipeline.complete(router, ask("weather?", tools=True))
-            assert failed.value.should_retry and failed.value.trace.repeat is None
+            assert failed.value.should_retry and failed.value.attempts.repeat is None
         assert len(router.repeats) == 0
     assert [b.get("temperature") for b in fast.bodies + full.bodies] == [None] * 4
 
@@ -148,8 +148,8 @@ async def test_the_repeat_tier_is_the_policys_own(tmp_path: Path) -> None:
     async with started(yaml, tmp_path, fast=fast, full=full) as router:
         with pytest.raises(ChecksFailed):
             await pipeline.complete(router, ask("weather?", tools=True))
-        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
-    assert trace.tried == ["fast"] and fast.bodies[1]["temperature"] == 0.7
+        attempts, _ = await pipeline.complete(router, ask("weather?", tools=True))
+    assert attempts.tried == ["fast"] and fast.bodies[1]["temperature"] == 0.7
     with pytest.raises(PolicyError) as bad:
         parse_policy(policy("{tier: nowhere}"), "p.yaml", {})
     assert any("escalation.repeat.tier" in e and "unknown tier 'nowhere'" in e for e in bad.value.errors)
@@ -159,12 +159,12 @@ async def test_a_streams_error_after_its_text_says_the_text_was_all_it_got(tmp_p
     announced = text("I will call get_weather now.")  # missing_tool_call, its text streamed as it came
     fast, full = Scripted("fast", [announced]), Scripted("full", [announced])
     async with started(policy(), tmp_path, fast=fast, full=full) as router:
-        trace, chunks = await pipeline.stream(router, ask("weather?", tools=True, stream=True))
+        attempts, chunks = await pipeline.stream(router, ask("weather?", tools=True, stream=True))
         got: list[dict[str, Any]] = []
         with pytest.raises(ChecksFailed) as failed:
             async for chunk in chunks:
                 got.append(chunk.data)
     sent = "".join(c["choices"][0]["delta"].get("content") or "" for c in got if c.get("choices"))
-    assert sent.startswith("I will call get_weather now.") and trace.streamed
+    assert sent.startswith("I will call get_weather now.") and attempts.streamed
     message = failed.value.message
     assert "only the text already streamed" in message and "nothing was delivered" not in message

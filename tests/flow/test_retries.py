@@ -1,4 +1,4 @@
-"""A call's first attempt runs outside tenacity's loop, the others in it (`Trace.retries`): checked
+"""A call's first attempt runs outside tenacity's loop, the others in it (`Attempts.retries`): checked
 side by side with the loop running every attempt (as the pipeline did before), on scripted tiers
 (tests/scripted.py): the same tiers tried, the same mistakes, the same backoffs asked for (attempt
 number and cause), the same answer or error."""
@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from tenacity import RetryCallState
 
-from router.core import escalation, pipeline
 from router.core.call import Call
 from router.errors import UpstreamError
+from router.flow import attempts as attempts_module
+from router.flow import pipeline
 from router.runtime import Runtime
 from router.upstream.base import Reply
 from tests.conftest import policy_text
-from tests.core.test_pipeline import ask
+from tests.flow.test_pipeline import ask
 from tests.scripted import UNUSED, Scripted, call, started, text
 
 BAD = call("get_weather", '{"town": "Paris"}')  # schema_violation
@@ -31,14 +32,14 @@ def down() -> UpstreamError:
 
 async def tenacity_only(router: Runtime, call: Call) -> tuple[Any, Reply]:
     """The pipeline's JSON flow with every attempt in tenacity's loop (the reference)."""
-    trace = await pipeline.begin(router, call)
+    attempts = await pipeline.begin(router, call)
     try:
-        async for attempt in trace.attempts():
+        async for attempt in attempts.attempts():
             with attempt:
-                reply = await pipeline._answer(router, trace)
+                reply = await pipeline._answer(router, attempts)
     finally:
-        router.lanes.leave(trace.lane)
-    return trace, reply
+        router.lanes.leave(attempts.lane)
+    return attempts, reply
 
 
 # (escalation, routes, fast's script, full's script)
@@ -64,14 +65,14 @@ async def run(
         waits.append((state.attempt_number, str(cause)))
         return 0.0
 
-    monkeypatch.setattr(escalation, "_backoff", backoff)
+    monkeypatch.setattr(attempts_module, "_backoff", backoff)
     policy = policy_text(UNUSED, extra=f"escalation: {escalate}\n", routes=routes)
     fast, full = Scripted("fast", fast_script), Scripted("full", full_script)
     seen: dict[str, Any] = {}
     async with started(policy, tmp_path, fast=fast, full=full) as router:
         try:
-            trace, reply = await flow(router, ask("weather?", tools=True))
-            seen.update(tried=trace.tried, mistakes=trace.mistakes, exhausted=trace.exhausted)
+            attempts, reply = await flow(router, ask("weather?", tools=True))
+            seen.update(tried=attempts.tried, mistakes=attempts.mistakes, exhausted=attempts.exhausted)
             seen.update(model=reply.data["model"])
         except Exception as exc:
             seen.update(error=(type(exc).__name__, str(exc)))
@@ -106,7 +107,7 @@ async def test_a_stream_escalates_after_its_first_attempt(tmp_path: Path, monkey
     policy = policy_text(UNUSED, extra="escalation: {to: full}\n")
     fast, full = Scripted("fast", [BAD]), Scripted("full", [text("fine")])
     async with started(policy, tmp_path, fast=fast, full=full) as router:
-        trace, chunks = await pipeline.stream(router, ask("weather?", tools=True, stream=True))
+        attempts, chunks = await pipeline.stream(router, ask("weather?", tools=True, stream=True))
         sent = [c async for c in chunks]
-    assert trace.tried == ["fast", "full"] and trace.mistakes == ["schema_violation"]
+    assert attempts.tried == ["fast", "full"] and attempts.mistakes == ["schema_violation"]
     assert "".join(c.data["choices"][0]["delta"].get("content") or "" for c in sent).strip() == "fine"

@@ -4,12 +4,12 @@
                                             policy.decide (pure); a repeat of a request whose every
                                             attempt failed the checks: resampled or refused
                                             (router/core/repeats.py)
-    for each attempt:                       escalation.Trace picks tier and body (routed, repair, stronger),
+    for each attempt:                       attempts.Attempts picks tier and body (routed, repair, stronger),
                                             past tiers whose breaker is open (router/core/breaker.py);
                                             the first runs plainly, the rest in tenacity's loop
         answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks;
                                             its end (answer, upstream error, neither) told to the breaker
-        salvage(answer)                     a call written as text → a tool call (router/core/salvage.py)
+        salvage(answer)                     a call written as text → a tool call (router/flow/salvage.py)
         trace.judge(answer)                 validate.check → record → Escalate if warranted
         trace.verify(answer)                the route's verifier (router/core/verify.py) → Escalate on reject
     trace.delivered(answer)                 remember routed tool calls for agent-reported errors
@@ -19,15 +19,15 @@ request itself (`Call.native`) and answers in it; the checks read the chat equiv
 
 A call goes to a tier whose context window its prompt fits (`policy.decide` with the windows known,
 router/core/context.py); a tier's own context error sends it on to a larger one, else ends it with
-the client's own context error (router/core/escalation.py). `count(router, call)` decides a call
+the client's own context error (router/flow/attempts.py). `count(router, call)` decides a call
 the same way and counts its prompt with that tier's tokenizer (POST /v1/messages/count_tokens).
-A failure after the call was routed carries its tier and route (`RouterError.trace`) for its log line.
+A failure after the call was routed carries its tier and route (`RouterError.attempts`) for its log line.
 
 Streams run the same loop through a `Gate` that holds tool-call deltas until they are checked, so
 a mistake found before anything was sent escalates invisibly.
 
-An error of a routed call carries its trace (`RouterError.trace`): the transports tell the client
-its routing with the error (router/api/headers.py) as with an answer.
+An error of a routed call carries its attempts (`RouterError.attempts`): the transports tell the client
+its routing with the error (router/flow/summary.py) as with an answer.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ import orjson
 from router.core import feedback
 from router.core.call import Call
 from router.core.escalate import Escalate
-from router.core.escalation import Trace
 from router.core.hedge import first_valid
-from router.core.salvage import salvage_reply, salvage_stream
 from router.core.streaming import Gate, Joiner
 from router.core.validate import SchemaTooCostly
 from router.errors import RouterError, UpstreamError
+from router.flow.attempts import Attempts
+from router.flow.salvage import salvage_reply, salvage_stream
 from router.policy.decide import Decision, Live, decide
 from router.upstream.base import Chunk, Native, NativeUpstream, Prompt, Reply, Speed, Upstream, speaks
 
@@ -60,7 +60,7 @@ T = TypeVar("T")
 log = logging.getLogger("router.pipeline")
 
 
-async def begin(router: Runtime, call: Call) -> Trace:
+async def begin(router: Runtime, call: Call) -> Attempts:
     try:
         tools = call.body.get("tools")
         tool_set = router.validator.admit(tools)  # a client schema too costly to check: 400 now
@@ -80,14 +80,14 @@ async def begin(router: Runtime, call: Call) -> Trace:
         raise
     router.adaptive.note(decision)
     router.warming.offer(policy, call.session, call.body, decision.tier)  # the other tiers read it meanwhile
-    trace = Trace(router, call, policy, decision, lane, features.context_tokens, seen)
-    trace.admitted = (tools, tool_set)
-    if trace.repeat == "refused":  # every run the policy gives this request failed: not run again
+    attempts = Attempts(router, call, policy, decision, lane, features.context_tokens, seen)
+    attempts.admitted = (tools, tool_set)
+    if attempts.repeat == "refused":  # every run the policy gives this request failed: not run again
         router.lanes.leave(lane)
-        refused = trace.refused()
-        refused.trace = trace
+        refused = attempts.refused()
+        refused.attempts = attempts
         raise refused
-    return trace
+    return attempts
 
 
 async def count(router: Runtime, call: Call) -> tuple[Decision, int, bool]:
@@ -118,31 +118,31 @@ def decided(router: Runtime, call: Call) -> Decision:
     return decide(features, router.policy.current, live)
 
 
-async def complete(router: Runtime, call: Call) -> tuple[Trace, Reply]:
-    trace = await begin(router, call)
-    span = router.tracing.start(trace)  # router/core/tracing.py; OFF: no-ops
+async def complete(router: Runtime, call: Call) -> tuple[Attempts, Reply]:
+    attempts = await begin(router, call)
+    span = router.tracing.start(attempts)  # router/core/tracing.py; OFF: no-ops
     try:
         retries = None
         try:  # the first attempt without tenacity's loop: most calls need no other
-            with span.attempt(trace):
-                reply = await _answer(router, trace)
+            with span.attempt(attempts):
+                reply = await _answer(router, attempts)
         except Escalate as first:
-            retries = trace.retries(first)
+            retries = attempts.retries(first)
         if retries is not None:
             async for attempt in retries:
-                with attempt, span.attempt(trace):
-                    reply = await _answer(router, trace)
+                with attempt, span.attempt(attempts):
+                    reply = await _answer(router, attempts)
         span.answer(reply.data)
     except RouterError as exc:
-        exc.trace = trace  # the transport names the call's routing with its error
+        exc.attempts = attempts  # the transport names the call's routing with its error
         raise
     finally:
-        router.lanes.leave(trace.lane)
-        span.end(trace)
-    return trace, reply
+        router.lanes.leave(attempts.lane)
+        span.end(attempts)
+    return attempts, reply
 
 
-async def stream(router: Runtime, call: Call) -> tuple[Trace, AsyncIterator[Chunk]]:
+async def stream(router: Runtime, call: Call) -> tuple[Attempts, AsyncIterator[Chunk]]:
     """Chunks ready to send, as one stream. Failures before the first chunk raise here (a plain
     HTTP error is still possible); later ones raise from the iterator (the transport frames them).
 
@@ -152,8 +152,8 @@ async def stream(router: Runtime, call: Call) -> tuple[Trace, AsyncIterator[Chun
     every `stream_keepalive` seconds until the answer comes, which each transport frames as its API
     does (an SSE comment, Anthropic's `ping`, Responses' `response.in_progress`). Nothing of an
     answer was sent meanwhile: an escalation is still invisible; a failure is an error event."""
-    trace = await begin(router, call)
-    chunks = _joined(router, trace)
+    attempts = await begin(router, call)
+    chunks = _joined(router, attempts)
     every = router.settings.stream_keepalive
     first = asyncio.ensure_future(anext(chunks, None))
     try:
@@ -162,14 +162,14 @@ async def stream(router: Runtime, call: Call) -> tuple[Trace, AsyncIterator[Chun
         first.cancel()
         raise
     if not first.done():
-        return trace, _beating(trace, first, chunks, every)
+        return attempts, _beating(attempts, first, chunks, every)
     chunk, failure = _settled(first)
     del first  # the task holds the failure: this frame, in the failure's traceback, must not hold it
     if failure is None and chunk is not None:
-        return trace, _prepend(chunk, chunks)
-    failure = failure or UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
+        return attempts, _prepend(chunk, chunks)
+    failure = failure or UpstreamError(f"tier {attempts.tier!r} answered with an empty stream", tier=attempts.tier)
     if isinstance(failure, RouterError):
-        failure.trace = trace  # nothing was sent: the transport names the call's routing with its error
+        failure.attempts = attempts  # nothing was sent: the transport names the call's routing with its error
     try:
         raise failure
     finally:
@@ -183,7 +183,7 @@ def _settled(first: asyncio.Future[Chunk | None]) -> tuple[Chunk | None, BaseExc
 
 
 async def _beating(
-    trace: Trace, first: asyncio.Future[Chunk | None], rest: AsyncIterator[Chunk], every: float
+    attempts: Attempts, first: asyncio.Future[Chunk | None], rest: AsyncIterator[Chunk], every: float
 ) -> AsyncIterator[Chunk]:
     """Keep-alives every `every` seconds until `first` is in, then the stream."""
     try:
@@ -198,7 +198,7 @@ async def _beating(
     chunk, failure = _settled(first)
     del first
     if failure is not None or chunk is None:
-        failure = failure or UpstreamError(f"tier {trace.tier!r} answered with an empty stream", tier=trace.tier)
+        failure = failure or UpstreamError(f"tier {attempts.tier!r} answered with an empty stream", tier=attempts.tier)
         try:
             raise failure
         finally:
@@ -208,94 +208,94 @@ async def _beating(
         yield chunk
 
 
-async def _joined(router: Runtime, trace: Trace) -> AsyncIterator[Chunk]:
+async def _joined(router: Runtime, attempts: Attempts) -> AsyncIterator[Chunk]:
     join = Joiner()
-    span = router.tracing.start(trace)
+    span = router.tracing.start(attempts)
     try:
         retries = None
         try:  # the first attempt without tenacity's loop, as in `complete`
-            with span.attempt(trace):
-                async for ready in await _attempt_chunks(router, trace, join):
-                    trace.streamed = True
+            with span.attempt(attempts):
+                async for ready in await _attempt_chunks(router, attempts, join):
+                    attempts.streamed = True
                     yield span.chunk(join(ready))
         except Escalate as first:
-            retries = trace.retries(first)
+            retries = attempts.retries(first)
         if retries is not None:
             async for attempt in retries:
-                with attempt, span.attempt(trace):
-                    async for ready in await _attempt_chunks(router, trace, join):
-                        trace.streamed = True
+                with attempt, span.attempt(attempts):
+                    async for ready in await _attempt_chunks(router, attempts, join):
+                        attempts.streamed = True
                         yield span.chunk(join(ready))
     finally:
-        router.lanes.leave(trace.lane)
-        span.end(trace)
+        router.lanes.leave(attempts.lane)
+        span.end(attempts)
 
 
-async def _answer(router: Runtime, trace: Trace) -> Reply:
+async def _answer(router: Runtime, attempts: Attempts) -> Reply:
     """One attempt's answer: the next tier asked (hedged if the route says so), the answer judged."""
-    tier, body = trace.next_attempt()
-    replies = await _hedged(trace, tier, partial(_reply, router, trace, body))
+    tier, body = attempts.next_attempt()
+    replies = await _hedged(attempts, tier, partial(_reply, router, attempts, body))
     return await anext(replies)
 
 
-async def _attempt_chunks(router: Runtime, trace: Trace, join: Joiner) -> AsyncIterator[Chunk]:
+async def _attempt_chunks(router: Runtime, attempts: Attempts, join: Joiner) -> AsyncIterator[Chunk]:
     """One attempt's chunks: the next tier asked (hedged if the route says so), through its gate."""
-    tier, body = trace.next_attempt()
+    tier, body = attempts.next_attempt()
     join.next_attempt()
-    return await _hedged(trace, tier, partial(_chunks, router, trace, body))
+    return await _hedged(attempts, tier, partial(_chunks, router, attempts, body))
 
 
-def _native(trace: Trace, upstream: Upstream, body: dict[str, Any]) -> tuple[NativeUpstream, Native] | None:
+def _native(attempts: Attempts, upstream: Upstream, body: dict[str, Any]) -> tuple[NativeUpstream, Native] | None:
     """The client's own request, when `upstream` speaks its API and this attempt asks nothing more."""
-    native = trace.call.native
-    if native is None or body is not trace.call.body or not speaks(upstream, native.dialect):
+    native = attempts.call.native
+    if native is None or body is not attempts.call.body or not speaks(upstream, native.dialect):
         return None
     return upstream, native
 
 
-async def _reply(router: Runtime, trace: Trace, body: dict[str, Any], tier: str) -> AsyncIterator[Reply]:
+async def _reply(router: Runtime, attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIterator[Reply]:
     """One whole answer from `tier`, judged."""
     upstream = router.upstreams[tier]
-    pass_through = _native(trace, upstream, body)
-    trace.sent(tier, pass_through is not None)
+    pass_through = _native(attempts, upstream, body)
+    attempts.sent(tier, pass_through is not None)
     try:
-        session = trace.call.session
+        session = attempts.call.session
         if pass_through:
-            reply = await pass_through[0].complete_native(pass_through[1], trace.deadline, session=session)
+            reply = await pass_through[0].complete_native(pass_through[1], attempts.deadline, session=session)
         else:
-            reply = await upstream.complete(body, trace.deadline, session=session)
+            reply = await upstream.complete(body, attempts.deadline, session=session)
     except UpstreamError as exc:
-        raise trace.failed(tier, exc)  # noqa: B904 (Escalate's cause is `exc`; `exc` goes as it is)
+        raise attempts.failed(tier, exc)  # noqa: B904 (Escalate's cause is `exc`; `exc` goes as it is)
     except BaseException:
-        trace.released(tier)
+        attempts.released(tier)
         raise
     if reply.speed is not None:
-        trace.sped(tier, reply.speed)
-    trace.answered(tier, reply.prompt)  # a whole answer: the tier's breaker starts counting again
-    salvage_reply(trace, tier, reply)  # a call written as text, made structured (router/core/salvage.py)
+        attempts.sped(tier, reply.speed)
+    attempts.answered(tier, reply.prompt)  # a whole answer: the tier's breaker starts counting again
+    salvage_reply(attempts, tier, reply)  # a call written as text, made structured (router/flow/salvage.py)
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
-    trace.judge(tier, message, choice.get("finish_reason"))
-    await trace.verify(tier, body, choice)
-    trace.delivered(tier, message)
+    attempts.judge(tier, message, choice.get("finish_reason"))
+    await attempts.verify(tier, body, choice)
+    attempts.delivered(tier, message)
     yield reply
 
 
-async def _chunks(router: Runtime, trace: Trace, body: dict[str, Any], tier: str) -> AsyncIterator[Chunk]:
+async def _chunks(router: Runtime, attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIterator[Chunk]:
     """`tier`'s stream through a gate: content as it comes, the rest once judged.
 
     What the gate lets through of events that arrived in one read goes out in one write
     (`Chunk.more`), and the held part with the stream's end: a tier that sends its answer at once
     costs the client one write instead of one per event."""
-    gate = Gate(tools_offered=bool(trace.call.features.tool_names))
+    gate = Gate(tools_offered=bool(attempts.call.features.tool_names))
     upstream = router.upstreams[tier]
-    pass_through = _native(trace, upstream, body)
-    trace.sent(tier, pass_through is not None)
+    pass_through = _native(attempts, upstream, body)
+    attempts.sent(tier, pass_through is not None)
     if pass_through:
-        source = pass_through[0].stream_native(pass_through[1], trace.deadline, session=trace.call.session)
+        source = pass_through[0].stream_native(pass_through[1], attempts.deadline, session=attempts.call.session)
     else:
-        source = upstream.stream(body, trace.deadline, session=trace.call.session)
+        source = upstream.stream(body, attempts.deadline, session=attempts.call.session)
     together: list[Chunk] = []  # ready to send, from events received in one read
     failure: UpstreamError | None = None
     prompt: Prompt | None = None  # the server's count of the prompt, on the event with usage
@@ -307,7 +307,7 @@ async def _chunks(router: Runtime, trace: Trace, body: dict[str, Any], tier: str
                     prompt = chunk.prompt
                 if chunk.speed is not None and chunk.speed is not speed:
                     speed = chunk.speed
-                    trace.sped(tier, speed)
+                    attempts.sped(tier, speed)
                 received_more = chunk.more  # read first: the gate clears it on what it lets through
                 together += gate.feed(chunk)
                 if not received_more:
@@ -319,19 +319,19 @@ async def _chunks(router: Runtime, trace: Trace, body: dict[str, Any], tier: str
         for ready in _one_write(together):  # what was received before the end (or the failure)
             yield ready
     except BaseException:  # neither an answer nor a failure of the tier's (the client left, a hedge lost)
-        trace.released(tier)
+        attempts.released(tier)
         raise
     if failure is not None:
         try:
-            raise trace.failed(tier, failure)
+            raise attempts.failed(tier, failure)
         finally:
             del failure  # this frame is in the traceback: holding the exception would make a cycle
-    trace.answered(tier, prompt)  # a whole answer: the tier's breaker starts counting again
-    salvage_stream(trace, tier, gate)
+    attempts.answered(tier, prompt)  # a whole answer: the tier's breaker starts counting again
+    salvage_stream(attempts, tier, gate)
     message = gate.message()
-    trace.judge(tier, message, gate.finish_reason)
-    await trace.verify(tier, body, {"message": message, "finish_reason": gate.finish_reason})
-    trace.delivered(tier, message)
+    attempts.judge(tier, message, gate.finish_reason)
+    await attempts.verify(tier, body, {"message": message, "finish_reason": gate.finish_reason})
+    attempts.delivered(tier, message)
     # the answer passed: nothing but the stream's end follows, which the transport writes with these
     for ready in _one_write(gate.release(), last_more=True):
         yield ready
@@ -344,19 +344,19 @@ def _one_write(chunks: list[Chunk], last_more: bool = False) -> list[Chunk]:
     return chunks
 
 
-async def _hedged(trace: Trace, tier: str, attempt: Callable[[str], AsyncIterator[T]]) -> AsyncIterator[T]:
+async def _hedged(attempts: Attempts, tier: str, attempt: Callable[[str], AsyncIterator[T]]) -> AsyncIterator[T]:
     """`attempt(tier)`, raced against the route's hedge tier when it has one."""
-    hedge = trace.hedge_for(tier)
+    hedge = attempts.hedge_for(tier)
     if hedge is None:
         return attempt(tier)
     hedge_tier, after = hedge
 
     def start_hedge() -> AsyncIterator[T]:
-        trace.hedging(hedge_tier)
+        attempts.hedging(hedge_tier)
         return attempt(hedge_tier)
 
     hedge_won, items = await first_valid(attempt(tier), start_hedge, after)
-    trace.won(hedge_tier if hedge_won else tier)
+    attempts.won(hedge_tier if hedge_won else tier)
     return items
 
 

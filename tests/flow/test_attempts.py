@@ -1,4 +1,4 @@
-"""router/core/escalation.py's decisions without sockets: which tier and body each attempt gets after a
+"""router/flow/attempts.py's decisions without sockets: which tier and body each attempt gets after a
 mistake, and what happens when no attempt is left. Scripted in-process tiers (tests/scripted.py)."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from router.api.headers import router_headers
-from router.core import pipeline
 from router.errors import ChecksFailed, ContextExceeded, UpstreamError
+from router.flow import pipeline
+from router.flow.summary import router_headers
 from tests.conftest import policy_text
-from tests.core.test_pipeline import ask
+from tests.flow.test_pipeline import ask
 from tests.scripted import UNUSED, Scripted, call, started
 
 PINNED = {"type": "function", "function": {"name": "get_weather"}}
@@ -27,10 +27,10 @@ def policy(escalation: str = "{to: full}", routes: str | None = None) -> str:
 async def test_a_mistake_goes_to_the_stronger_tier(tmp_path: Path) -> None:
     fast, full = Scripted("fast", [BAD_SCHEMA]), Scripted("full", [GOOD])
     async with started(policy(), tmp_path, fast=fast, full=full) as router:
-        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
-    assert trace.tried == ["fast", "full"] and not trace.repaired
-    assert router_headers(trace)["x-router-escalated"] == "true"
-    assert router_headers(trace)["x-router-mistakes"] == "schema_violation"
+        attempts, _ = await pipeline.complete(router, ask("weather?", tools=True))
+    assert attempts.tried == ["fast", "full"] and not attempts.repaired
+    assert router_headers(attempts)["x-router-escalated"] == "true"
+    assert router_headers(attempts)["x-router-mistakes"] == "schema_violation"
     assert "tool_choice" not in full.bodies[0]
 
 
@@ -38,8 +38,8 @@ async def test_a_route_that_repairs_asks_the_same_tier_again_with_the_tool_pinne
     routes = "routes:\n  - name: tools\n    use: fast\n    repair: true\n"
     fast, full = Scripted("fast", [BAD_SCHEMA, GOOD]), Scripted("full", [])
     async with started(policy(routes=routes), tmp_path, fast=fast, full=full) as router:
-        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
-    assert trace.tried == ["fast", "fast"] and trace.repaired and not trace.escalated
+        attempts, _ = await pipeline.complete(router, ask("weather?", tools=True))
+    assert attempts.tried == ["fast", "fast"] and attempts.repaired and not attempts.escalated
     assert "tool_choice" not in fast.bodies[0] and fast.bodies[1]["tool_choice"] == PINNED
     assert not full.bodies
 
@@ -47,8 +47,8 @@ async def test_a_route_that_repairs_asks_the_same_tier_again_with_the_tool_pinne
 async def test_the_chains_last_tier_is_repaired_then_sampled_afresh(tmp_path: Path) -> None:
     full = Scripted("full", [BAD_SCHEMA, BAD_SCHEMA, GOOD])
     async with started(policy(routes=ONLY_FULL), tmp_path, fast=Scripted("fast", []), full=full) as router:
-        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
-    assert trace.tried == ["full", "full", "full"] and trace.repaired
+        attempts, _ = await pipeline.complete(router, ask("weather?", tools=True))
+    assert attempts.tried == ["full", "full", "full"] and attempts.repaired
     assert "tool_choice" not in full.bodies[0]
     assert full.bodies[1]["tool_choice"] == PINNED  # the one repair of this tier
     assert "tool_choice" not in full.bodies[2]  # then a fresh sample
@@ -57,8 +57,8 @@ async def test_the_chains_last_tier_is_repaired_then_sampled_afresh(tmp_path: Pa
 async def test_an_unrepairable_mistake_on_the_last_tier_is_sampled_afresh(tmp_path: Path) -> None:
     full = Scripted("full", [call("get_forecast", "{}"), GOOD])  # unknown_tool: nothing to pin
     async with started(policy(routes=ONLY_FULL), tmp_path, fast=Scripted("fast", []), full=full) as router:
-        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
-    assert trace.tried == ["full", "full"] and not trace.repaired and trace.mistakes == ["unknown_tool"]
+        attempts, _ = await pipeline.complete(router, ask("weather?", tools=True))
+    assert attempts.tried == ["full", "full"] and not attempts.repaired and attempts.mistakes == ["unknown_tool"]
     assert "tool_choice" not in full.bodies[1]
 
 
@@ -78,8 +78,8 @@ async def test_on_exhausted_deliver_hands_over_the_last_answer(tmp_path: Path) -
     fast, full = Scripted("fast", [BAD_SCHEMA]), Scripted("full", [BAD_SCHEMA])
     escalation = "{to: full, max_attempts: 2, on_exhausted: deliver}"
     async with started(policy(escalation), tmp_path, fast=fast, full=full) as router:
-        trace, reply = await pipeline.complete(router, ask("weather?", tools=True))
-    assert trace.exhausted and router_headers(trace)["x-router-exhausted"] == "true"
+        attempts, reply = await pipeline.complete(router, ask("weather?", tools=True))
+    assert attempts.exhausted and router_headers(attempts)["x-router-exhausted"] == "true"
     assert reply.data["model"] == "full"
 
 
@@ -87,8 +87,8 @@ async def test_an_upstream_error_escalates_like_a_mistake(tmp_path: Path) -> Non
     fast = Scripted("fast", [UpstreamError("tier 'fast' failed", tier="fast")])
     full = Scripted("full", [GOOD])
     async with started(policy(), tmp_path, fast=fast, full=full) as router:
-        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
-    assert trace.tried == ["fast", "full"] and trace.mistakes == ["upstream_error"]
+        attempts, _ = await pipeline.complete(router, ask("weather?", tools=True))
+    assert attempts.tried == ["fast", "full"] and attempts.mistakes == ["upstream_error"]
 
 
 # ---------------------------------------------------------------------- a prompt too long for a tier's context
@@ -101,13 +101,13 @@ def too_long(tier: str, prompt_tokens: int | None = 5000, window: int | None = 4
 async def test_a_prompt_too_long_for_a_tier_goes_on_to_a_larger_one_and_is_nobodys_mistake(tmp_path: Path) -> None:
     fast, full = Scripted("fast", [too_long("fast")]), Scripted("full", [GOOD])
     async with started(policy(), tmp_path, fast=fast, full=full) as router:
-        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
+        attempts, _ = await pipeline.complete(router, ask("weather?", tools=True))
         await router.store.flush()
         stats = await router.store.stats()
         escalated = router.metrics.context_exceeded.labels("fast", "escalated")._value.get()
         assert router.windows.known()["fast"] == 4096  # what its error said
         assert router.breakers.snapshot().get("fast", {}).get("failures", 0) == 0
-    assert trace.tried == ["fast", "full"] and trace.mistakes == []
+    assert attempts.tried == ["fast", "full"] and attempts.mistakes == []
     assert escalated == 1
     assert "mistakes" not in stats["tiers"].get("fast", {}) or not stats["tiers"]["fast"]["mistakes"]
 
@@ -124,7 +124,7 @@ async def test_a_prompt_too_long_for_every_tier_is_the_clients_context_error(tmp
     assert (error.prompt_tokens, error.window) == (5000, 8000)  # as full counted it, and full's window
     assert error.anthropic_message == "prompt is too long: 5000 tokens > 8000 maximum"
     assert error.to_body()["error"]["type"] == "invalid_request_error"
-    assert (error.trace.tier, error.trace.route, error.trace.escalated) == ("full", "simple-tool-call", True)
+    assert (error.attempts.tier, error.attempts.route, error.attempts.escalated) == ("full", "simple-tool-call", True)
     assert refused == 1
 
 
@@ -132,17 +132,17 @@ async def test_a_tier_known_to_be_too_small_is_passed_over_before_the_call(tmp_p
     fast, full = Scripted("fast", [], window=16), Scripted("full", [GOOD])  # the tools alone are more
     async with started(policy(), tmp_path, fast=fast, full=full) as router:
         await router.windows.settled(5)
-        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
-    assert trace.tried == ["full"] and not fast.bodies and not trace.escalated
-    assert trace.route == "simple-tool-call" and "does not fit 'fast'" in trace.decision.reason
+        attempts, _ = await pipeline.complete(router, ask("weather?", tools=True))
+    assert attempts.tried == ["full"] and not fast.bodies and not attempts.escalated
+    assert attempts.route == "simple-tool-call" and "does not fit 'fast'" in attempts.decision.reason
 
 
 async def test_what_a_context_error_said_routes_the_next_call(tmp_path: Path) -> None:
     fast, full = Scripted("fast", [too_long("fast", 70, 20)]), Scripted("full", [GOOD, GOOD])
     async with started(policy(), tmp_path, fast=fast, full=full) as router:
         await pipeline.complete(router, ask("weather?", tools=True))
-        trace, _ = await pipeline.complete(router, ask("weather?", tools=True))
-    assert len(fast.bodies) == 1 and trace.tried == ["full"]
+        attempts, _ = await pipeline.complete(router, ask("weather?", tools=True))
+    assert len(fast.bodies) == 1 and attempts.tried == ["full"]
 
 
 async def test_with_no_attempt_left_a_prompt_too_long_is_refused_at_once(tmp_path: Path) -> None:

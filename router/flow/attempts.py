@@ -1,10 +1,10 @@
 """One call's journey across tiers: which tier to try next, and what went wrong.
 
-The loop itself is tenacity's: `Trace.attempts()` retries while `Escalate` is raised. A call's first
+The loop itself is tenacity's: `Attempts.attempts()` retries while `Escalate` is raised. A call's first
 attempt runs without it (most calls need no other, and the loop's machinery costs more than the
-rest of a call's routing); one that raises `Escalate` goes on in `Trace.retries()`, tenacity's loop
+rest of a call's routing); one that raises `Escalate` goes on in `Attempts.retries()`, tenacity's loop
 taken up where it would have been after that attempt (same stop, same backoff). Every tier's
-answer is checked, the chain's last one's too. A `Trace` raises `Escalate` while another attempt is
+answer is checked, the chain's last one's too. A `Attempts` raises `Escalate` while another attempt is
 allowed (attempt count and deadline): the next attempt goes to a stronger tier, or — on the chain's
 last tier — to the same tier again, as a repair (`tool_choice` pinned to the tool the model meant)
 or a fresh sample. When no attempt is left, an answer whose mistakes the policy escalates on is
@@ -30,8 +30,8 @@ A tier whose context the prompt does not fit (`ContextExceeded`: its server said
 chain beyond it whose window is larger (or not known); when there is none it ends with the client's
 own context error, with the prompt's tokens and the window (router/core/context.py learns the window).
 
-A `Trace` decides; its `Record` (router/core/record.py) writes the events and counts down, and the
-transports tell the client (router/api/headers.py).
+A `Attempts` decides; its `Record` (router/core/record.py) writes the events and counts down, and the
+transports tell the client (router/flow/summary.py).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ async def _after_first(attempts: AsyncRetrying, first: Escalate) -> AsyncIterato
             state.retry_object = None  # type: ignore[assignment]
 
 
-class Trace:
+class Attempts:
     def __init__(
         self,
         router: Runtime,
@@ -132,7 +132,7 @@ class Trace:
         self.mistakes: list[str] = []
         self.repaired = False
         self.exhausted = False  # every attempt failed the checks (and the answer was refused or delivered)
-        self.salvaged = False  # a call written as text was made structured (router/core/salvage.py)
+        self.salvaged = False  # a call written as text was made structured (router/flow/salvage.py)
         self.verdicts: list[str] = []  # "kind:accept|reject|unsure" per verified answer
         self.prompt_evaluated = 0  # prompt tokens the tiers' servers evaluated, by their own count
         self.prompt_reused = 0  # prompt tokens they reused from their cache (a session's kept prefix)

@@ -1,4 +1,4 @@
-"""router/core/pipeline.py without sockets: `complete` and `stream` through scripted in-process tiers
+"""router/flow/pipeline.py without sockets: `complete` and `stream` through scripted in-process tiers
 (tests/scripted.py). The live-server suites (tests/api, tests/fault) cover the same flow over HTTP."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from router.core import pipeline
 from router.core.call import Call, chat_call
 from router.errors import UpstreamError
+from router.flow import pipeline
 from router.upstream.base import Chunk
 from tests.conftest import policy_text
 from tests.scripted import UNUSED, WEATHER, Scripted, call, started, text
@@ -31,8 +31,8 @@ def ask(content: str, *, tools: bool = False, stream: bool = False) -> Call:
 async def test_complete_answers_from_the_routed_tier(tmp_path: Path) -> None:
     fast, full = Scripted("fast", [call("get_weather", '{"city": "Paris"}')]), Scripted("full", [])
     async with started(POLICY, tmp_path, fast=fast, full=full) as router:
-        trace, reply = await pipeline.complete(router, ask("weather in Paris?", tools=True))
-    assert (trace.tier, trace.route, trace.tried) == ("fast", "simple-tool-call", ["fast"])
+        attempts, reply = await pipeline.complete(router, ask("weather in Paris?", tools=True))
+    assert (attempts.tier, attempts.route, attempts.tried) == ("fast", "simple-tool-call", ["fast"])
     assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
     assert fast.bodies[0]["messages"][0]["content"] == "weather in Paris?"
     assert fast.started and fast.closed and not full.bodies
@@ -42,8 +42,8 @@ async def test_complete_escalates_a_mistake_to_the_stronger_tier(tmp_path: Path)
     fast = Scripted("fast", [call("get_weather", '{"city": ')])  # cut-off arguments: invalid_json
     full = Scripted("full", [call("get_weather", '{"city": "Oslo"}')])
     async with started(POLICY, tmp_path, fast=fast, full=full) as router:
-        trace, reply = await pipeline.complete(router, ask("weather in Oslo?", tools=True))
-    assert trace.tried == ["fast", "full"] and trace.escalated and trace.mistakes == ["invalid_json"]
+        attempts, reply = await pipeline.complete(router, ask("weather in Oslo?", tools=True))
+    assert attempts.tried == ["fast", "full"] and attempts.escalated and attempts.mistakes == ["invalid_json"]
     assert reply.data["model"] == "full"
 
 
@@ -51,9 +51,9 @@ async def test_stream_sends_text_as_it_comes_and_hides_an_escalated_call(tmp_pat
     fast = Scripted("fast", [call("get_weather", "not json")])
     full = Scripted("full", [call("get_weather", '{"city": "Rome"}')])
     async with started(POLICY, tmp_path, fast=fast, full=full) as router:
-        trace, chunks = await pipeline.stream(router, ask("weather in Rome?", tools=True, stream=True))
+        attempts, chunks = await pipeline.stream(router, ask("weather in Rome?", tools=True, stream=True))
         sent = [c.data async for c in chunks]
-    assert trace.tried == ["fast", "full"]
+    assert attempts.tried == ["fast", "full"]
     deltas = [c["choices"][0]["delta"] for c in sent if c.get("choices")]
     calls = [tc for d in deltas for tc in d.get("tool_calls") or ()]
     assert [tc["function"]["arguments"] for tc in calls] == ['{"city": "Rome"}']  # fast's call never left
@@ -64,9 +64,9 @@ async def test_stream_sends_text_as_it_comes_and_hides_an_escalated_call(tmp_pat
 async def test_stream_of_text(tmp_path: Path) -> None:
     fast = Scripted("fast", [text("hello there")])
     async with started(POLICY, tmp_path, fast=fast, full=Scripted("full", [text("I am full")])) as router:
-        trace, chunks = await pipeline.stream(router, ask("hi", stream=True))
+        attempts, chunks = await pipeline.stream(router, ask("hi", stream=True))
         sent = [c.data async for c in chunks]
-    assert trace.tier == "full"  # the default route
+    assert attempts.tier == "full"  # the default route
     content = "".join(c["choices"][0]["delta"].get("content") or "" for c in sent if c.get("choices"))
     assert content == "I am full "
     assert sent[-1]["choices"][0]["finish_reason"] == "stop"
@@ -136,9 +136,9 @@ async def test_stream_events_received_before_a_failure_are_sent(tmp_path: Path) 
     full = Reads("full", [[{"role": "assistant"}, {"content": "b"}, {"finish": "stop"}]])
     async with started(POLICY, tmp_path, fast=fast, full=full) as router:
         body = {"model": "fast", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-        trace, chunks = await pipeline.stream(router, chat_call(orjson.dumps(body), {}))
+        attempts, chunks = await pipeline.stream(router, chat_call(orjson.dumps(body), {}))
         sent = [c async for c in chunks]
-    assert trace.tried == ["fast", "full"]
+    assert attempts.tried == ["fast", "full"]
     # fast's text went out before its failure (as one write); full's follows after a blank line (its
     # role delta is dropped: the client had one)
     assert writes(sent) == [["role", "a"], ["empty", "\n\nb"], ["finish:stop"]]

@@ -33,8 +33,8 @@ from router.core.text_calls import opens_like_call, written_call_objects
 from router.core.validate import Validator
 
 if TYPE_CHECKING:
-    from router.core.escalation import Trace
     from router.core.streaming import Gate
+    from router.flow.attempts import Attempts
     from router.upstream.base import Reply
 
 # What is left around the calls once they are cut out: fences, tags, a "functions.x:" or "json" label.
@@ -124,39 +124,39 @@ def salvaged_message(
     return out
 
 
-def _enabled(trace: Trace) -> bool:
-    return trace.route_spec is None or trace.route_spec.salvage
+def _enabled(attempts: Attempts) -> bool:
+    return attempts.route_spec is None or attempts.route_spec.salvage
 
 
-def _salvage(trace: Trace, tier: str, message: Mapping[str, Any]) -> dict[str, Any] | None:
-    if not _enabled(trace):
+def _salvage(attempts: Attempts, tier: str, message: Mapping[str, Any]) -> dict[str, Any] | None:
+    if not _enabled(attempts):
         return None
-    names = trace.call.features.tool_names
-    fixed = salvaged_message(message, trace.call.body, names, trace.router.validator)
+    names = attempts.call.features.tool_names
+    fixed = salvaged_message(message, attempts.call.body, names, attempts.router.validator)
     if fixed is None:
         return None
-    trace.salvaged = True
+    attempts.salvaged = True
     tools = [c["function"]["name"] for c in fixed["tool_calls"]]
-    trace.record.salvaged(tier, tools)
+    attempts.record.salvaged(tier, tools)
     return fixed
 
 
-def salvage_reply(trace: Trace, tier: str, reply: Reply) -> None:
+def salvage_reply(attempts: Attempts, tier: str, reply: Reply) -> None:
     """Rewrite a whole answer in place when its text calls salvage. A tier answering in the
     client's own API (`reply.native`) is left as it is."""
     choices = reply.data.get("choices")
     if reply.native is not None or not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return
     message = choices[0].get("message")
-    if not isinstance(message, dict) or (fixed := _salvage(trace, tier, message)) is None:
+    if not isinstance(message, dict) or (fixed := _salvage(attempts, tier, message)) is None:
         return
     choices[0] = {**choices[0], "message": fixed, "finish_reason": "tool_calls"}
     reply.raw = None  # the upstream's bytes no longer say what the client gets
 
 
-def salvage_stream(trace: Trace, tier: str, gate: Gate) -> None:
+def salvage_stream(attempts: Attempts, tier: str, gate: Gate) -> None:
     """Rewrite a held stream's answer when its text calls salvage (the gate then releases calls)."""
     if not gate.text_held():
         return
-    if (fixed := _salvage(trace, tier, gate.message())) is not None:
+    if (fixed := _salvage(attempts, tier, gate.message())) is not None:
         gate.replace_text(fixed.get("content"), fixed["tool_calls"])
