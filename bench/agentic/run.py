@@ -96,25 +96,27 @@ def append(path: Path, record: dict[str, Any]) -> None:
 def mistakes(
     calls: list[dict[str, Any]], stats: Stats, answer: str, error: str | None
 ) -> tuple[Counter[str], Counter[str]]:
-    """(mistakes the router caught — a tier's answer it did not deliver —, mistakes that reached the
-    agent), each by kind. Reached: an answer delivered with its mistakes (x-router-exhausted), an
-    error status the client got (counted as `http_<status>`), a malformed call the tools received
-    (invalid_json, bad_arguments, unknown_tool), an unknown tool the SDK refused, a final answer that
-    is a tool call written as text."""
+    """(mistakes the router caught — in answers it did not deliver —, mistakes that reached the
+    agent), each by kind. Reached, as the router says it: an answer delivered with its mistakes
+    (x-router-exhausted: with one attempt, all of them its own), an error status the client got
+    (`http_<status>`); as the agent's side sees it: malformed calls the tools received (invalid_json,
+    bad_arguments, unknown_tool), an unknown tool the SDK refused, a final answer that is a tool
+    call written as text. The same mistake is often seen from both sides: per kind, the larger count."""
     caught: Counter[str] = Counter()
-    reached: Counter[str] = Counter()
+    said: Counter[str] = Counter()
     for c in calls:
         if c["status"] >= 400:
-            reached[f"http_{c['status']}"] += 1
-        elif c["exhausted"]:  # delivered as it was (on_exhausted: deliver, one attempt: all its own)
-            reached.update(c["mistakes"])
+            said[f"http_{c['status']}"] += 1
+        elif c["exhausted"]:
+            said.update(c["mistakes"])
         else:
             caught.update(c["mistakes"])
-    reached.update(stats.malformed)
+    seen: Counter[str] = Counter(stats.malformed)
     if error and "not found in agent" in error:
-        reached["unknown_tool"] += 1
+        seen["unknown_tool"] += 1
     if looks_like_text_call(answer):
-        reached["text_tool_call"] += 1
+        seen["text_tool_call"] += 1
+    reached = Counter({k: max(said[k], seen[k]) for k in said.keys() | seen.keys()})
     return caught, reached
 
 
