@@ -134,8 +134,11 @@ def _goal(configs: dict[str, Any], upstreams: list[str]) -> dict[str, Any]:
         "measured": False,
     }
     full, routed = configs.get("full-only"), configs.get("routed")
-    if not full or not routed or not full["success_rate"] or not full["p50_seconds"]:
+    if not full or not routed:
         goal["why_not"] = "needs both full-only and routed runs"
+        return goal
+    if not full["success_rate"] or not full["p50_seconds"]:
+        goal["why_not"] = "full-only succeeded on no task: there is no ratio to take"
         return goal
     ratio_success = routed["success_rate"] / full["success_rate"]
     ratio_time = routed["p50_seconds"] / full["p50_seconds"]
@@ -238,9 +241,10 @@ def plot(path: Path, summary: dict[str, Any]) -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     for name, s in summary["configs"].items():
         x, y = s["p50_seconds"], 100 * s["success_rate"]
-        ax.errorbar([x], [y], xerr=[[0], [max(s["p95_seconds"] - x, 0)]], fmt="o", capsize=3, label=name)
-        ax.annotate(f"{name}\n{s['full_share']:.0%} on full", (x, y), textcoords="offset points", xytext=(6, 6),
-                    fontsize=8)  # fmt: skip
+        bar = ax.errorbar([x], [y], xerr=[[0], [max(s["p95_seconds"] - x, 0)]], fmt="o", markersize=8, capsize=4,
+                          alpha=0.85, label=f"{name}: {s['full_share']:.0%} of calls on full")  # fmt: skip
+        bar[-1][0].set_linestyle(":")  # the p95 bar, lighter than the point
+    ax.set_xlim(left=0)
     ax.set_xlabel("wall time per task, s (median; the bar reaches p95)")
     ax.set_ylabel("tasks succeeded, %")
     ax.set_ylim(-5, 105)
@@ -249,7 +253,7 @@ def plot(path: Path, summary: dict[str, Any]) -> None:
     ax.set_title(title + ("\nHARNESS CHECK on the fake upstream: says nothing about model quality" if fake else ""),
                  fontsize=10, color="firebrick" if fake else "black")  # fmt: skip
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
