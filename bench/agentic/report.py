@@ -29,6 +29,12 @@ FAKE_NOTE = (
     "These numbers show that the loops, the router, the environment, the checks and the report work end to end; "
     "they say nothing about model quality or about routing paying off."
 )
+ORACLE_NOTE = (
+    "**Harness check on the oracle** (bench/agentic/oracle.py): every tier plays each task's scripted correct "
+    "run, so every task must succeed in every configuration and loop (`oracle-wrong`: the near-miss runs, so "
+    "every task must fail). These numbers check the harness, not models."
+)
+HARNESS = {"fake": FAKE_NOTE, "oracle": ORACLE_NOTE, "oracle-wrong": ORACLE_NOTE}  # upstream labels → the note
 
 
 def load(out: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -142,21 +148,19 @@ def _goal(configs: dict[str, Any], upstreams: list[str]) -> dict[str, Any]:
         return goal
     ratio_success = routed["success_rate"] / full["success_rate"]
     ratio_time = routed["p50_seconds"] / full["p50_seconds"]
-    goal |= {"success_ratio": round(ratio_success, 3), "p50_ratio": round(ratio_time, 3),
-             "met": ratio_success >= GOAL_SUCCESS and ratio_time <= GOAL_TIME}  # fmt: skip
-    if "fake" in upstreams:
-        goal["why_not"] = "a harness check on the fake upstream: the ratios say nothing about the goal"
+    goal |= {"success_ratio": round(ratio_success, 3), "p50_ratio": round(ratio_time, 3)}
+    if harness := [u for u in upstreams if u in HARNESS]:
+        goal["why_not"] = f"a harness check ({', '.join(harness)} upstream): the ratios say nothing about the goal"
     else:
-        goal["measured"] = True
+        goal |= {"measured": True, "met": ratio_success >= GOAL_SUCCESS and ratio_time <= GOAL_TIME}
     return goal
 
 
 def markdown(runs: dict[tuple[str, str], list[dict[str, Any]]], summary: dict[str, Any]) -> str:
     configs = list(summary["configs"])
-    fake = "fake" in summary["upstream"]
     lines = ["# Agentic eval: whole tasks through the router", ""]
-    if fake:
-        lines += [f"> {FAKE_NOTE}", ""]
+    for note in dict.fromkeys(HARNESS[u] for u in summary["upstream"] if u in HARNESS):
+        lines += [f"> {note}", ""]
     lines += [
         f"`python -m bench.agentic report` — {len(BY_ID)} tasks in bench/agentic/tasks.py, run by "
         f"{', '.join(LOOPS)} (docs/agentic.md). Upstream: {', '.join(summary['upstream'])}. A task succeeds when "
@@ -179,10 +183,15 @@ def markdown(runs: dict[tuple[str, str], list[dict[str, Any]]], summary: dict[st
         for loop, s in summary["configs"][c]["loops"].items():
             lines.append(_row(f"{c} · {loop}", s, loop_base.get(loop)))
     goal = summary["goal"]
-    lines += ["", "## The goal (issue 26, point 4)", "", f"{goal['what']}: "
-              + (f"success x{goal['success_ratio']:.2f}, median wall time x{goal['p50_ratio']:.2f} — "
-                 f"{'met' if goal.get('met') else 'not met'}" if "success_ratio" in goal else "not measured")
-              + (f" ({goal['why_not']})" if goal.get("why_not") else ""), ""]  # fmt: skip
+    if "success_ratio" in goal:
+        ratios = f"success x{goal['success_ratio']:.2f}, median wall time per task x{goal['p50_ratio']:.2f}"
+        verdict = (
+            ("met" if goal["met"] else "not met") if goal["measured"] else f"not a measurement ({goal['why_not']})"
+        )
+        said = f"{ratios}: {verdict}"
+    else:
+        said = f"not measured ({goal['why_not']})"
+    lines += ["", "## The goal (issue 26, point 4)", "", f"{goal['what']}: {said}.", ""]
     lines += _by_kind(runs, configs)
     lines += _by_task(runs, configs)
     errors = {c: summary["configs"][c]["errors"] for c in configs if summary["configs"][c]["errors"]}
@@ -248,10 +257,11 @@ def plot(path: Path, summary: dict[str, Any]) -> None:
     ax.set_xlabel("wall time per task, s (median; the bar reaches p95)")
     ax.set_ylabel("tasks succeeded, %")
     ax.set_ylim(-5, 105)
-    fake = "fake" in summary["upstream"]
+    harness = [u for u in summary["upstream"] if u in HARNESS]
     title = "Agentic eval: success against wall time per task, one point per configuration"
-    ax.set_title(title + ("\nHARNESS CHECK on the fake upstream: says nothing about model quality" if fake else ""),
-                 fontsize=10, color="firebrick" if fake else "black")  # fmt: skip
+    if harness:
+        title += f"\nHARNESS CHECK ({', '.join(harness)} upstream): says nothing about model quality"
+    ax.set_title(title, fontsize=10, color="firebrick" if harness else "black")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()

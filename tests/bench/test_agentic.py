@@ -245,3 +245,24 @@ def test_mistakes_caught_and_reached_are_counted_once() -> None:
     assert reached == {"unknown_tool": 1, "http_502": 1, "bad_arguments": 1, "text_tool_call": 1}
     _, reached = mistakes([], Stats(), "", "ModelBehaviorError: Tool rm not found in agent assistant")
     assert reached == {"unknown_tool": 1}
+
+
+def _record(config: str, task: str, ok: bool, seconds: float, tiers: tuple[str, ...]) -> dict[str, Any]:
+    calls = [{"status": 200, "tier": t, "route": "tool-call", "escalated": False, "mistakes": []} for t in tiers]
+    return {"task": task, "config": config, "loop": "anthropic", "upstream": "local", "kinds": ["chain"], "level": 2,
+            "ok": ok, "error": None, "seconds": seconds, "steps": len(calls), "calls": calls, "tool_errors": 0,
+            "recovered": 0, "caught": {}, "reached": {}, "escalated": 0, "sticky": 0,
+            "on_full": tiers.count("full"), "tokens": {"input": 10, "output": 2}}  # fmt: skip
+
+
+def test_the_goal_is_judged_on_runs_of_real_tiers() -> None:
+    from bench.agentic.report import build
+
+    full = [_record("full-only", f"t{i}", i < 9, 10.0, ("full", "full")) for i in range(10)]
+    routed = [_record("routed", f"t{i}", i < 9, 5.0, ("fast", "full")) for i in range(10)]
+    goal = build({("full-only", "anthropic"): full, ("routed", "anthropic"): routed})["goal"]
+    assert goal["measured"] and goal["met"] and goal["success_ratio"] == 1.0 and goal["p50_ratio"] == 0.5
+    slow = [{**r, "seconds": 7.0} for r in routed]
+    summary = build({("full-only", "anthropic"): full, ("routed", "anthropic"): slow})
+    assert summary["goal"]["measured"] and not summary["goal"]["met"]  # 0.7x full only's time: over 0.6x
+    assert summary["configs"]["routed"]["full_share"] == 0.5 and summary["configs"]["routed"]["p95_seconds"] == 7.0
