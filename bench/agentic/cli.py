@@ -33,7 +33,7 @@ console = Console(highlight=False)
 def run(
     config: Annotated[str, typer.Option(help=f"one of: {', '.join(CONFIGS)}")],
     loop: Annotated[list[str] | None, typer.Option(help=f"of {', '.join(LOOPS)} (repeatable; default all)")] = None,
-    limit: Annotated[int | None, typer.Option(help="the first N tasks only", min=1)] = None,
+    limit: Annotated[int | None, typer.Option(help="N tasks only, spread evenly over the list", min=1)] = None,
     task: Annotated[list[str] | None, typer.Option(help="these task ids only (repeatable)")] = None,
     kind: Annotated[list[str] | None, typer.Option(help=f"tasks of these kinds only: {', '.join(KINDS)}")] = None,
     base: Annotated[
@@ -107,7 +107,11 @@ def report(out: Annotated[Path, typer.Option(help="results directory")] = OUT) -
     """Tables (report.md), summary.json and the plot from the results in OUT."""
     from bench.agentic.report import write
 
-    console.print(f"wrote {write(out)}")
+    try:
+        console.print(f"wrote {write(out)}")
+    except FileNotFoundError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from None
 
 
 @app.command()

@@ -579,8 +579,14 @@ assert len(BY_ID) == len(TASKS), "task ids must be unique"
 
 
 def select(ids: list[str] | None = None, kinds: list[str] | None = None, limit: int | None = None) -> list[Task]:
-    """Tasks by id (in the order given) or all; of any of `kinds`; the first `limit`."""
+    """Tasks by id (in the order given) or all; of any of `kinds`; `limit` of them spread evenly over
+    the list (TASKS is grouped by kind: the first few would all be no_tool tasks)."""
     chosen = [BY_ID[i] for i in ids] if ids else list(TASKS)
     if kinds:
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown kind(s) {sorted(unknown)}; kinds: {', '.join(KINDS)}")
         chosen = [t for t in chosen if set(kinds) & set(t.kinds)]
-    return chosen[:limit] if limit else chosen
+    if limit and limit < len(chosen):
+        chosen = [chosen[i * len(chosen) // limit] for i in range(limit)]
+    return chosen

@@ -266,3 +266,39 @@ def test_the_goal_is_judged_on_runs_of_real_tiers() -> None:
     summary = build({("full-only", "anthropic"): full, ("routed", "anthropic"): slow})
     assert summary["goal"]["measured"] and not summary["goal"]["met"]  # 0.7x full only's time: over 0.6x
     assert summary["configs"]["routed"]["full_share"] == 0.5 and summary["configs"]["routed"]["p95_seconds"] == 7.0
+
+
+def test_select_spreads_a_limit_over_the_kinds() -> None:
+    from bench.agentic.tasks import select
+
+    sample = select(limit=10)
+    assert len(sample) == 10 and sample[0] is TASKS[0]
+    assert {k for t in sample for k in t.kinds} == set(KINDS)
+    assert [t.id for t in select(["ch-port", "nt-hola"])] == ["ch-port", "nt-hola"]
+    assert all("recovery" in t.kinds for t in select(kinds=["recovery"]))
+    with pytest.raises(KeyError):
+        select(["nope"])
+    with pytest.raises(ValueError):
+        select(kinds=["nope"])
+
+
+def test_the_command_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from bench.agentic.cli import app
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["tasks"])
+    assert listed.exit_code == 0 and f"{len(TASKS)} tasks; chain" in listed.output
+    assert runner.invoke(app, ["run", "--config", "nope"]).exit_code == 2
+    both = ["run", "--config", "routed", "--base", "http://127.0.0.1:9", "--tiers", "1:2"]
+    assert runner.invoke(app, both).exit_code == 2
+    assert runner.invoke(app, ["run", "--config", "routed", "--loop", "langchain"]).exit_code == 2
+    for loop in ("agents-chat", "anthropic"):  # every task done already: nothing is started, nothing is asked
+        for t in TASKS:
+            append(tmp_path / "routed" / f"{loop}.jsonl", {"task": t.id})
+    done_already = runner.invoke(app, ["run", "--config", "routed", "--loop", "agents-chat", "--loop", "anthropic",
+                                       "--out", str(tmp_path), "--base", "http://127.0.0.1:9"])  # fmt: skip
+    assert done_already.exit_code == 0 and f"0 to run, {2 * len(TASKS)} done before" in done_already.output
+    empty = runner.invoke(app, ["report", "--out", str(tmp_path / "empty")])
+    assert empty.exit_code == 1 and "no results under" in empty.output
