@@ -423,13 +423,14 @@ def _shell_one(state: State, argv: list[str], stdin: str | None) -> str:
         else:
             sources = [("", stdin or "")]
         many = len(sources) > 1 or "-r" in flags
-        hits, counts = [], []
+        hits: list[str] = []
+        tallies: list[str] = []
         for name, text in sources:
             matched = [(n, line) for n, line in enumerate(text.splitlines(), 1) if bool(rx.search(line)) != invert]
-            counts.append(f"{name}:{len(matched)}" if many else str(len(matched)))
+            tallies.append(f"{name}:{len(matched)}" if many else str(len(matched)))
             for n, line in matched:
                 hits.append((f"{name}:" if many else "") + (f"{n}:" if "-n" in flags else "") + line)
-        return "\n".join(counts if "-c" in flags else hits) + "\n"
+        return "\n".join(tallies if "-c" in flags else hits) + "\n"
     if cmd == "wc":
         paths = [a for a in args if not a.startswith("-")]
         text = cat(state, paths[0]) if paths else stdin or ""
@@ -438,9 +439,11 @@ def _shell_one(state: State, argv: list[str], stdin: str | None) -> str:
         return " ".join(picked) + (f" {_path(paths[0])}" if paths else "") + "\n"
     if cmd == "sort":
         lines = (cat(state, args[-1]) if args and not args[-1].startswith("-") else stdin or "").splitlines()
-        key = (lambda s: float(re.match(r"\s*(-?\d+(\.\d+)?)", s).group(1)) if re.match(r"\s*-?\d", s) else 0.0) \
-            if "-n" in flags else None  # fmt: skip
-        return "\n".join(sorted(lines, key=key, reverse="-r" in flags)) + "\n"  # type: ignore[arg-type]
+        if "-n" in flags:
+            lines.sort(key=_leading_number, reverse="-r" in flags)
+        else:
+            lines.sort(reverse="-r" in flags)
+        return "\n".join(lines) + "\n"
     if cmd == "uniq":
         out: list[tuple[int, str]] = []
         for line in (stdin or "").splitlines():
@@ -462,6 +465,12 @@ def _shell_one(state: State, argv: list[str], stdin: str | None) -> str:
         rows = (line.split(d) for line in text.splitlines())
         return "\n".join(d.join(r[i] for i in idx if i < len(r)) for r in rows) + "\n"
     raise ToolError(f"shell: {cmd}: command not found (commands: {', '.join(SHELL_COMMANDS)})")
+
+
+def _leading_number(line: str) -> float:
+    """sort -n's key: the number the line starts with (after blanks), else 0."""
+    found = re.match(r"\s*(-?\d+(?:\.\d+)?)", line)
+    return float(found.group(1)) if found else 0.0
 
 
 SHELL_COMMANDS = ("ls", "cat", "head", "tail", "grep", "wc", "sort", "uniq", "cut", "find", "echo")

@@ -172,7 +172,7 @@ async def agents_loop(
 
         return run
 
-    tools = [
+    tools: list[Any] = [
         agents.FunctionTool(
             name=name,
             description=TOOLS[name].description,

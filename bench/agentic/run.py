@@ -206,7 +206,10 @@ async def router_stats(base: str) -> dict[str, Any] | None:
     try:
         async with httpx.AsyncClient(timeout=10.0) as client:
             r = await client.get(f"{base}/v1/router/stats")
-        return r.json() if r.status_code == 200 else None  # type: ignore[no-any-return]
+        if r.status_code != 200:
+            return None
+        stats: dict[str, Any] = r.json()
+        return stats
     except (httpx.HTTPError, ValueError):
         return None
 
