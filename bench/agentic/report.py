@@ -80,6 +80,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "tool_errors": sum(r["tool_errors"] for r in records),
         "tool_errors_recovered": sum(r["recovered"] for r in records),
         "escalated_calls": sum(r["escalated"] for r in records),
+        "repaired_calls": sum(bool(c.get("repaired")) for r in records for c in r["calls"]),
+        "salvaged_calls": sum(bool(c.get("salvaged")) for r in records for c in r["calls"]),
         "sticky_calls": sum(r["sticky"] for r in records),
         "full_share": round(sum(r["on_full"] for r in records) / calls, 4) if calls else 0.0,
         "input_tokens_per_task": round(sum(r["tokens"]["input"] for r in records) / n) if n else 0,
@@ -108,15 +110,16 @@ def _row(name: str, s: dict[str, Any], base: dict[str, Any] | None) -> str:
     recovered = f"{s['tool_errors_recovered']}/{s['tool_errors']}"
     return (f"| {name} | {s['tasks']} | {s['success_rate']:.1%} | {times} | {s['steps_per_task']:.1f} | "
             f"{_kinds(s['mistakes_caught'])} | {_kinds(s['mistakes_reached'])} | {recovered} | "
-            f"{s['escalated_calls']} | "
+            f"{s['escalated_calls']} | {s['repaired_calls']} / {s['salvaged_calls']} | "
             f"{s['sticky_calls']} | {s['full_share']:.1%} | {s['input_tokens_per_task']:,} / "
             f"{s['output_tokens_per_task']:,} | {s['p50_seconds']:.2f} | {s['p95_seconds']:.2f} |")  # fmt: skip
 
 
 HEAD = ("| configuration | tasks | success | x full only | steps / task | mistakes caught by the router | "
-        "mistakes that reached the agent | tool errors recovered | escalated calls | sticky calls | on full | "
+        "mistakes that reached the agent | tool errors recovered | escalated calls | repaired / salvaged calls | "
+        "sticky calls | on full | "
         "tokens in / out per task | p50 s | p95 s |\n"
-        "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+        "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
 
 
 def build(runs: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, Any]:
