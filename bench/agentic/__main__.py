@@ -1,0 +1,3 @@
+from bench.agentic.cli import app
+
+app()

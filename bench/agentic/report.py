@@ -1,0 +1,283 @@
+"""The report of bench.agentic: from OUT/*/*.jsonl, per configuration (and per loop) task success,
+steps, mistakes the router caught and those that reached the agent (by kind), tool errors recovered
+from, escalations, sticky turns, the share of calls answered on full, tokens and wall time per task
+(p50/p95); success per task kind and level; which configurations failed each task; a plot of
+success against median wall time (one point per configuration); and summary.json.
+
+    write(out) → out/report.md, out/summary.json, out/success-vs-time.png
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.agentic.loops import LOOPS
+from bench.agentic.run import CONFIGS
+from bench.agentic.tasks import BY_ID, KINDS
+
+# issue 26, point 4: routed task success ≥ 0.95x full only's, at ≤ 0.6x its median wall time per task
+GOAL_SUCCESS, GOAL_TIME = 0.95, 0.6
+FAKE_NOTE = (
+    "**Harness check on the fake upstream** (`agent-router fake-upstream`): its tool calls are random picks "
+    "with schema-valid made-up arguments and its answers random words, so no task can be expected to succeed. "
+    "These numbers show that the loops, the router, the environment, the checks and the report work end to end; "
+    "they say nothing about model quality or about routing paying off."
+)
+ORACLE_NOTE = (
+    "**Harness check on the oracle** (bench/agentic/oracle.py): every tier plays each task's scripted correct "
+    "run, so every task must succeed in every configuration and loop (`oracle-wrong`: the near-miss runs, so "
+    "every task must fail). These numbers check the harness, not models."
+)
+HARNESS = {"fake": FAKE_NOTE, "oracle": ORACLE_NOTE, "oracle-wrong": ORACLE_NOTE}  # upstream labels → the note
+
+
+def load(out: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Records by (config, loop); the last line of a task wins."""
+    runs: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+    for path in sorted(out.glob("*/*.jsonl")):
+        if path.name == "runs.jsonl":
+            continue
+        for line in path.read_bytes().splitlines():
+            try:
+                r = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            runs[(r["config"], r["loop"])][r["task"]] = r
+    return {k: list(v.values()) for k, v in runs.items()}
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest rank."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(records)
+    calls = sum(r["steps"] for r in records)
+    caught: Counter[str] = Counter()
+    reached: Counter[str] = Counter()
+    for r in records:
+        caught.update(r["caught"])
+        reached.update(r["reached"])
+    seconds = [r["seconds"] for r in records]
+    return {
+        "tasks": n,
+        "succeeded": sum(r["ok"] for r in records),
+        "success_rate": round(sum(r["ok"] for r in records) / n, 4) if n else 0.0,
+        "steps_per_task": round(calls / n, 2) if n else 0.0,
+        "calls": calls,
+        "mistakes_caught": dict(caught.most_common()),
+        "mistakes_reached": dict(reached.most_common()),
+        "tool_errors": sum(r["tool_errors"] for r in records),
+        "tool_errors_recovered": sum(r["recovered"] for r in records),
+        "escalated_calls": sum(r["escalated"] for r in records),
+        "repaired_calls": sum(bool(c.get("repaired")) for r in records for c in r["calls"]),
+        "salvaged_calls": sum(bool(c.get("salvaged")) for r in records for c in r["calls"]),
+        "sticky_calls": sum(r["sticky"] for r in records),
+        "full_share": round(sum(r["on_full"] for r in records) / calls, 4) if calls else 0.0,
+        "input_tokens_per_task": round(sum(r["tokens"]["input"] for r in records) / n) if n else 0,
+        "output_tokens_per_task": round(sum(r["tokens"]["output"] for r in records) / n) if n else 0,
+        "p50_seconds": round(percentile(seconds, 0.5), 3),
+        "p95_seconds": round(percentile(seconds, 0.95), 3),
+        "errors": dict(Counter((r["error"] or "").split(":")[0] for r in records if r["error"]).most_common()),
+        "upstream": sorted({r["upstream"] for r in records}),
+    }
+
+
+def _order(names: set[str]) -> list[str]:
+    return [c for c in CONFIGS if c in names] + sorted(names - set(CONFIGS))
+
+
+def _kinds(counts: dict[str, int], top: int = 4) -> str:
+    if not counts:
+        return "0"
+    total = sum(counts.values())
+    shown = ", ".join(f"{k} {v}" for k, v in list(counts.items())[:top])
+    return f"{total} ({shown}{', …' if len(counts) > top else ''})"
+
+
+def _row(name: str, s: dict[str, Any], base: dict[str, Any] | None) -> str:
+    times = f"{s['success_rate'] / base['success_rate']:.2f}" if base and base["success_rate"] else "—"
+    recovered = f"{s['tool_errors_recovered']}/{s['tool_errors']}"
+    return (f"| {name} | {s['tasks']} | {s['success_rate']:.1%} | {times} | {s['steps_per_task']:.1f} | "
+            f"{_kinds(s['mistakes_caught'])} | {_kinds(s['mistakes_reached'])} | {recovered} | "
+            f"{s['escalated_calls']} | {s['repaired_calls']} / {s['salvaged_calls']} | "
+            f"{s['sticky_calls']} | {s['full_share']:.1%} | {s['input_tokens_per_task']:,} / "
+            f"{s['output_tokens_per_task']:,} | {s['p50_seconds']:.2f} | {s['p95_seconds']:.2f} |")  # fmt: skip
+
+
+HEAD = ("| configuration | tasks | success | x full only | steps / task | mistakes caught by the router | "
+        "mistakes that reached the agent | tool errors recovered | escalated calls | repaired / salvaged calls | "
+        "sticky calls | on full | "
+        "tokens in / out per task | p50 s | p95 s |\n"
+        "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+
+
+def build(runs: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, Any]:
+    configs = _order({c for c, _ in runs})
+    summary: dict[str, Any] = {"generated": time.strftime("%Y-%m-%dT%H:%M:%S"), "configs": {}}
+    for c in configs:
+        pooled = [r for (cc, _), rs in runs.items() if cc == c for r in rs]
+        entry = summarize(pooled)
+        entry["loops"] = {loop: summarize(runs[(c, loop)]) for loop in LOOPS if (c, loop) in runs}
+        entry["loops"] |= {loop: summarize(rs) for (cc, loop), rs in runs.items() if cc == c and loop not in LOOPS}
+        summary["configs"][c] = entry
+    upstreams = sorted({u for e in summary["configs"].values() for u in e["upstream"]})
+    summary["upstream"] = upstreams
+    summary["goal"] = _goal(summary["configs"], upstreams)
+    return summary
+
+
+def _goal(configs: dict[str, Any], upstreams: list[str]) -> dict[str, Any]:
+    goal: dict[str, Any] = {
+        "what": f"routed task success >= {GOAL_SUCCESS}x full-only's, at <= {GOAL_TIME}x its median wall time per task",
+        "measured": False,
+    }
+    full, routed = configs.get("full-only"), configs.get("routed")
+    if not full or not routed:
+        goal["why_not"] = "needs both full-only and routed runs"
+        return goal
+    if not full["success_rate"] or not full["p50_seconds"]:
+        goal["why_not"] = "full-only succeeded on no task: there is no ratio to take"
+        return goal
+    ratio_success = routed["success_rate"] / full["success_rate"]
+    ratio_time = routed["p50_seconds"] / full["p50_seconds"]
+    goal |= {"success_ratio": round(ratio_success, 3), "p50_ratio": round(ratio_time, 3)}
+    if harness := [u for u in upstreams if u in HARNESS]:
+        goal["why_not"] = f"a harness check ({', '.join(harness)} upstream): the ratios say nothing about the goal"
+    else:
+        goal |= {"measured": True, "met": ratio_success >= GOAL_SUCCESS and ratio_time <= GOAL_TIME}
+    return goal
+
+
+def markdown(runs: dict[tuple[str, str], list[dict[str, Any]]], summary: dict[str, Any]) -> str:
+    configs = list(summary["configs"])
+    lines = ["# Agentic eval: whole tasks through the router", ""]
+    for note in dict.fromkeys(HARNESS[u] for u in summary["upstream"] if u in HARNESS):
+        lines += [f"> {note}", ""]
+    lines += [
+        f"`python -m bench.agentic report` — {len(BY_ID)} tasks in bench/agentic/tasks.py, run by "
+        f"{', '.join(LOOPS)} (docs/agentic.md). Upstream: {', '.join(summary['upstream'])}. A task succeeds when "
+        "every exact check of the environment's final state and the final answer passes. Steps: calls the agent "
+        "got an answer to. Mistakes caught: kinds in `x-router-mistakes` of answers the router did not deliver "
+        "(escalated, repaired); reached the agent: delivered with their mistakes (`x-router-exhausted`), error "
+        "statuses, malformed calls the tools received, unknown tools the SDK refused, tool calls written as text "
+        "in a final answer. Tool errors recovered: a tool said no (wrong path, ambiguous name, …) and a later "
+        "call worked. Wall time: per task, the whole loop.",
+        "",
+        "## Per configuration (all loops)",
+        "",
+        HEAD,
+    ]
+    base = summary["configs"].get("full-only")
+    lines += [_row(c, summary["configs"][c], base) for c in configs]
+    lines += ["", "## Per configuration and loop", "", HEAD]
+    for c in configs:
+        loop_base = base["loops"] if base else {}
+        for loop, s in summary["configs"][c]["loops"].items():
+            lines.append(_row(f"{c} · {loop}", s, loop_base.get(loop)))
+    goal = summary["goal"]
+    if "success_ratio" in goal:
+        ratios = f"success x{goal['success_ratio']:.2f}, median wall time per task x{goal['p50_ratio']:.2f}"
+        verdict = (
+            ("met" if goal["met"] else "not met") if goal["measured"] else f"not a measurement ({goal['why_not']})"
+        )
+        said = f"{ratios}: {verdict}"
+    else:
+        said = f"not measured ({goal['why_not']})"
+    lines += ["", "## The goal (issue 26, point 4)", "", f"{goal['what']}: {said}.", ""]
+    lines += _by_kind(runs, configs)
+    lines += _by_task(runs, configs)
+    errors = {c: summary["configs"][c]["errors"] for c in configs if summary["configs"][c]["errors"]}
+    if errors:
+        lines += ["## How loops ended other than with an answer", "", "| configuration | errors |", "|---|---|"]
+        lines += [f"| {c} | {', '.join(f'{k} {v}' for k, v in e.items())} |" for c, e in errors.items()]
+        lines.append("")
+    lines += ["![success against median wall time](success-vs-time.png)", ""]
+    return "\n".join(lines)
+
+
+def _by_kind(runs: dict[tuple[str, str], list[dict[str, Any]]], configs: list[str]) -> list[str]:
+    columns = [*KINDS, "level 1", "level 2", "level 3"]
+    out = ["## Success by task kind and level (all loops)", "",
+           "| configuration | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]  # fmt: skip
+    for c in configs:
+        pooled = [r for (cc, _), rs in runs.items() if cc == c for r in rs]
+        cells = []
+        for col in columns:
+            if col.startswith("level"):
+                sel = [r for r in pooled if r["level"] == int(col[-1])]
+            else:
+                sel = [r for r in pooled if col in r["kinds"]]
+            cells.append(f"{sum(r['ok'] for r in sel) / len(sel):.0%} ({len(sel)})" if sel else "—")
+        out.append(f"| {c} | " + " | ".join(cells) + " |")
+    return [*out, ""]
+
+
+def _by_task(runs: dict[tuple[str, str], list[dict[str, Any]]], configs: list[str]) -> list[str]:
+    failed: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    seen: dict[str, dict[str, int]] = defaultdict(Counter)
+    for (c, loop), rs in runs.items():
+        for r in rs:
+            seen[r["task"]][c] += 1
+            if not r["ok"]:
+                failed[r["task"]][c].append(loop)
+    out = ["## Which configurations failed each task", "",
+           f"{sum(1 for t in seen if t not in failed)} of {len(seen)} tasks run passed in every configuration and "
+           "loop. Per failed task: the configurations that failed it (loops failed / loops run).", "",
+           "| task | kinds | level | failed in |", "|---|---|---:|---|"]  # fmt: skip
+    order = {t: n for n, t in enumerate(BY_ID)}
+    for task in sorted(failed, key=lambda t: order.get(t, len(order))):
+        t = BY_ID.get(task)
+        kinds, level = (", ".join(t.kinds), str(t.level)) if t else ("?", "?")
+        cells = ", ".join(f"{c} ({len(failed[task][c])}/{seen[task][c]})" for c in configs if failed[task].get(c))
+        out.append(f"| {task} | {kinds} | {level} | {cells} |")
+    return [*out, ""]
+
+
+def plot(path: Path, summary: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, s in summary["configs"].items():
+        x, y = s["p50_seconds"], 100 * s["success_rate"]
+        bar = ax.errorbar([x], [y], xerr=[[0], [max(s["p95_seconds"] - x, 0)]], fmt="o", markersize=8, capsize=4,
+                          alpha=0.85, label=f"{name}: {s['full_share']:.0%} of calls on full")  # fmt: skip
+        bar[-1][0].set_linestyle(":")  # the p95 bar, lighter than the point
+    ax.set_xlim(left=0)
+    ax.set_xlabel("wall time per task, s (median; the bar reaches p95)")
+    ax.set_ylabel("tasks succeeded, %")
+    ax.set_ylim(-5, 105)
+    harness = [u for u in summary["upstream"] if u in HARNESS]
+    title = "Agentic eval: success against wall time per task, one point per configuration"
+    if harness:
+        title += f"\nHARNESS CHECK ({', '.join(harness)} upstream): says nothing about model quality"
+    ax.set_title(title, fontsize=10, color="firebrick" if harness else "black")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(out: Path) -> Path:
+    runs = load(out)
+    if not runs:
+        raise FileNotFoundError(f"no results under {out} (python -m bench.agentic run writes them)")
+    summary = build(runs)
+    (out / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    (out / "report.md").write_text(markdown(runs, summary))
+    plot(out / "success-vs-time.png", summary)
+    return out / "report.md"
