@@ -360,3 +360,19 @@ async def test_silent_connections_never_reach_a_worker(
         finally:
             for _, writer in silent:
                 writer.close()
+
+
+async def test_the_store_variable_holds_when_no_option_is_given(tmp_path: Path) -> None:
+    """AGENT_ROUTER_STORE decides over the policy's `store` unless `--store` is given: here memory://,
+    which two workers cannot share, over the policy's SQLite file."""
+    path = tmp_path / "policy.yaml"
+    text = policy_text("http://127.0.0.1:9/v1")
+    path.write_text(text.replace("store: memory://", f"store: sqlite:///{tmp_path / 'state.db'}"))  # shareable
+    env = {**os.environ, "AGENT_ROUTER_STORE": "memory://"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "router", "serve", "--policy", str(path), "--port", str(_port()), "--workers", "2",
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1, (out, err)
+    assert b"--workers 2 needs a store the workers share" in err

@@ -43,8 +43,9 @@ def serve(
     from router.serve import runner
     from router.settings import Settings
 
-    flags: dict[str, Any] = {"access_log": access_log} if access_log is not None else {}
-    settings = Settings(policy=policy, host=host, port=port, store=store, log_level=log_level, **flags)
+    # an option not given leaves the setting to its environment variable (AGENT_ROUTER_STORE, ...)
+    given = {k: v for k, v in (("access_log", access_log), ("store", store)) if v is not None}
+    settings = Settings(policy=policy, host=host, port=port, log_level=log_level, **given)
     _logging(log_level, settings)
     try:
         asgi = create_app(settings)
