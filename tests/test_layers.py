@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1] / "router"
 
 FLOORS: dict[int, tuple[str, ...]] = {
     # offline tools and the fake upstream: they may use anything below
-    7: ("router.__main__", "router.tools", "router.fake"),
+    7: ("router.__main__", "router.commands", "router.fake"),
     6: ("router.app", "router.connections", "router.serve", "router.supervisor"),  # the app, its server and workers
     5: ("router.api", "router.responses", "router.messages"),  # transports and their translations
     4: ("router.flow",),  # one call's flow

@@ -16,9 +16,9 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench.agent_session.capture import PROMPTS, capture_all
-from router.tools.llama import Child
-from router.tools.local import local_children
-from router.tools.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
+from router.commands.llama import Child
+from router.commands.local import local_children
+from router.commands.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "results" / "agent_session"

@@ -7,7 +7,7 @@ A configuration is a policy (CONFIGS). The router it runs against is one of:
     --tiers FAST:FULL     the tiers' ports (e.g. `./scripts/up`'s llama-servers, 8081:8082, or two
                           fake upstreams): a proxy with the configuration's policy is started in
                           front of them on a free port, and stopped afterwards
-    (neither)             the local tiers are started as `up` starts them (router/tools/local.py's
+    (neither)             the local tiers are started as `up` starts them (router/commands/local.py's
                           local_children: llama-server Qwen2.5-Coder-0.5B and -1.5B) with the
                           configuration's policy, and stopped afterwards
 
@@ -170,7 +170,7 @@ def router_for(config: Config, base: str | None, tiers: str | None, logs: Path) 
     if base:
         yield base.rstrip("/").removesuffix("/v1")
         return
-    from router.tools.llama import Child
+    from router.commands.llama import Child
 
     port = free_port()
     # nothing kept from one run to the next (a flag: `serve` does not read AGENT_ROUTER_STORE)
@@ -182,8 +182,8 @@ def router_for(config: Config, base: str | None, tiers: str | None, logs: Path) 
         env = {**os.environ, "FAST_PORT": str(fast_port), "FULL_PORT": str(full_port)}
         children = [Child("proxy", argv, f"http://127.0.0.1:{port}/healthz", logs / "router.log", env=env)]
     else:  # the local tiers, as `agent-router up` runs them (written for the full runs; not run in CI)
-        from router.tools.local import local_children
-        from router.tools.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
+        from router.commands.local import local_children
+        from router.commands.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 
         children = list(local_children(
             config.policy, port, free_port(), free_port(), fast=QWEN25_CODER_0_5B.alias,

@@ -1,6 +1,6 @@
 """Claude Code and Codex finish small real tasks on the product's own local models, as `up` runs them:
 llama-server with Qwen2.5-Coder-0.5B (fast) and -1.5B (full), slots of 32k tokens that keep each
-session's prompt, and the proxy with policies/local.yaml (router/tools/local.py's processes).
+session's prompt, and the proxy with policies/local.yaml (router/commands/local.py's processes).
 
 Each agent runs unmodified on its default model: read a file and answer with a word from it, and
 make a one-line edit. What must hold: the agent ends on its own (exit 0) with the task done. Not in
@@ -20,9 +20,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from router.tools.llama import Child, ChildFailed, llama_server_binary
-from router.tools.local import local_children
-from router.tools.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
+from router.commands.llama import Child, ChildFailed, llama_server_binary
+from router.commands.local import local_children
+from router.commands.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 from tests.agents.conftest import clean_env, cli, run_cli
 from tests.agents.test_cli import codex_home
 

@@ -1,7 +1,7 @@
 """The end-to-end suite's servers: real llama.cpp Gemma 3 270M, nothing mocked (Gemma serves both
 tiers here, for speed; tests/e2e/test_full_tier.py adds the real full tier, Qwen2.5-Coder-1.5B).
 
-    llama         session: the fast and full llama-cpp-python servers (router/tools/llama.py's
+    llama         session: the fast and full llama-cpp-python servers (router/commands/llama.py's
                   LlamaServer), started once on free ports — loading the model takes seconds
     local_proxy   a real proxy (tests/conftest.py's `proxy_`) running policies/local.yaml against
                   them, with an in-memory store
@@ -21,7 +21,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from router.tools.local import ChildFailed, LlamaServer, model_path
+from router.commands.local import ChildFailed, LlamaServer, model_path
 from tests.conftest import Proxy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ import anthropic
 import openai
 import pytest
 
-from router.tools.llama import ChildFailed, CppServer, llama_server_binary
-from router.tools.models import QWEN25_CODER_0_5B, ensure
+from router.commands.llama import ChildFailed, CppServer, llama_server_binary
+from router.commands.models import QWEN25_CODER_0_5B, ensure
 from tests.conftest import policy_text
 from tests.e2e.conftest import CALL_TIMEOUT, READY_TIMEOUT
 

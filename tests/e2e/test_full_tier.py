@@ -1,5 +1,5 @@
 """The full tier as `agent-router up` serves it: Qwen2.5-Coder-1.5B-Instruct, reassembled from its
-pinned PyPI wheels (router/tools/models.py), behind policies/local.yaml as shipped.
+pinned PyPI wheels (router/commands/models.py), behind policies/local.yaml as shipped.
 
 The rest of the e2e suite runs Gemma 3 270M in both tiers for speed (a 1.5B answer takes seconds
 to minutes on a shared 2-core machine); these few checks are what is specific to the real full
@@ -18,9 +18,9 @@ import openai
 import orjson
 import pytest
 
+from router.commands.llama import ChildFailed, CppServer, LlamaServer, full_server
+from router.commands.models import QWEN25_CODER_1_5B, ensure
 from router.policy.model import Tier
-from router.tools.llama import ChildFailed, CppServer, LlamaServer, full_server
-from router.tools.models import QWEN25_CODER_1_5B, ensure
 from router.upstream.openai_compat import OpenAICompatUpstream
 from tests.conftest import Proxy
 from tests.e2e.conftest import LOCAL_POLICY, N_CTX, READY_TIMEOUT, Llama, gemma_tiers

@@ -19,8 +19,8 @@ import openai
 import orjson
 import pytest
 
-from router.tools.llama import ChildFailed, CppServer, llama_server_binary
-from router.tools.models import QWEN25_CODER_0_5B, ensure
+from router.commands.llama import ChildFailed, CppServer, llama_server_binary
+from router.commands.models import QWEN25_CODER_0_5B, ensure
 from tests.conftest import Proxy
 from tests.e2e.conftest import READY_TIMEOUT
 

@@ -10,9 +10,8 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from router.fake import FakeServer
-from router.tools.cli import app as cli
-from router.tools.eval import (
+from router.commands.cli import app as cli
+from router.commands.eval import (
     Case,
     CaseError,
     Expected,
@@ -27,6 +26,7 @@ from router.tools.eval import (
     summarize,
     value_matches,
 )
+from router.fake import FakeServer
 from tests.conftest import Proxy, policy_text
 
 ROOT = Path(__file__).resolve().parents[2]

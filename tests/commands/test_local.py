@@ -1,4 +1,4 @@
-"""router/tools/local.py and router/tools/llama.py without llama.cpp: child processes (ready, failed, stubborn,
+"""router/commands/local.py and router/commands/llama.py without llama.cpp: child processes (ready, failed, stubborn,
 process groups), the model cache, and `run_local`'s refusals. Real processes, nothing mocked."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from router.tools.local import Child, ChildFailed, model_path, port_free, run_local
+from router.commands.local import Child, ChildFailed, model_path, port_free, run_local
 
 PY = sys.executable
 
@@ -117,10 +117,10 @@ def test_run_local_refuses_busy_ports_and_missing_policy(tmp_path: Path) -> None
 
 
 def test_the_llama_server_cache_key_is_the_build_scripts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """router/tools/llama.py finds the binary where scripts/build-llama-server puts it (same key as the wheel)."""
+    """router/commands/llama.py finds the binary where scripts/build-llama-server puts it (same key as the wheel)."""
     import subprocess
 
-    from router.tools.llama import LLAMA_CPP, llama_cpp_dir, llama_server_binary
+    from router.commands.llama import LLAMA_CPP, llama_cpp_dir, llama_server_binary
 
     root = Path(__file__).resolve().parents[2]
     script = (root / "scripts" / "build-llama-server").read_text()
@@ -140,7 +140,7 @@ def test_the_llama_server_cache_key_is_the_build_scripts(tmp_path: Path, monkeyp
 
 
 def test_llama_server_argv_serves_one_slot_on_loopback_with_the_template(tmp_path: Path) -> None:
-    from router.tools.llama import GEMMA_TOOLS_TEMPLATE, CppServer
+    from router.commands.llama import GEMMA_TOOLS_TEMPLATE, CppServer
 
     server = CppServer("fast", tmp_path / "m.gguf", 18555, tmp_path / "log", alias="a", template=GEMMA_TOOLS_TEMPLATE,
                        binary=tmp_path / "llama-server")  # fmt: skip

@@ -10,7 +10,7 @@ Their public names are all importable from here.
 
 from __future__ import annotations
 
-from router.tools.eval.cases import (
+from router.commands.eval.cases import (
     FALSE_ACCEPTS,
     OUTCOMES,
     Case,
@@ -22,8 +22,8 @@ from router.tools.eval.cases import (
     score,
     value_matches,
 )
-from router.tools.eval.report import markdown_table, plot, runs_table, save
-from router.tools.eval.runner import Result, Run, percentile, request_body, run_cases, run_with_progress, summarize
+from router.commands.eval.report import markdown_table, plot, runs_table, save
+from router.commands.eval.runner import Result, Run, percentile, request_body, run_cases, run_with_progress, summarize
 
 __all__ = [
     "FALSE_ACCEPTS",

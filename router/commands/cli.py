@@ -44,7 +44,7 @@ def serve(
     from router.settings import Settings
 
     # an option not given leaves the setting to its environment variable (AGENT_ROUTER_STORE, ...)
-    given = {k: v for k, v in (("access_log", access_log), ("store", store)) if v is not None}
+    given: dict[str, Any] = {k: v for k, v in (("access_log", access_log), ("store", store)) if v is not None}
     settings = Settings(policy=policy, host=host, port=port, log_level=log_level, **given)
     _logging(log_level, settings)
     try:
@@ -170,7 +170,7 @@ def up(
 ) -> None:
     """Run the local demo: two llama.cpp servers (fast: Qwen2.5-Coder-0.5B or Gemma 3 270M; full:
     Qwen2.5-Coder-1.5B) and the proxy."""
-    from router.tools.local import run_local
+    from router.commands.local import run_local
 
     _logging("info")
     code = run_local(
@@ -185,8 +185,8 @@ def models(
 ) -> None:
     """Assemble the local demo's models (fast: Qwen2.5-Coder-0.5B, full: Qwen2.5-Coder-1.5B) into the
     cache once, with progress, and print their paths. Later runs take seconds (nothing is hashed again)."""
-    from router.tools.llama import model_path
-    from router.tools.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
+    from router.commands.llama import model_path
+    from router.commands.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 
     try:
         typer.echo(f"fast  {ensure(QWEN25_CODER_0_5B)}")
@@ -209,7 +209,7 @@ def stats(
     key: KeyOpt = None,
 ) -> None:
     """Print calls, mistakes and mistake rates per tier, route and tool."""
-    from router.tools.report import print_stats
+    from router.commands.report import print_stats
 
     with _reaching(url):
         print_stats(url, window, key)
@@ -224,7 +224,7 @@ def report(
     key: KeyOpt = None,
 ) -> None:
     """Write an HTML page with plots: mistake rates per tier and tool, escalation rate, latency."""
-    from router.tools.report import write_report
+    from router.commands.report import write_report
 
     with _reaching(url):
         page = write_report(url, out, since, bucket, key)
@@ -233,7 +233,7 @@ def report(
 
 @app.command("eval")
 def eval_(
-    cases: Annotated[Path, typer.Argument(help="case file (JSONL; format in router/tools/eval/cases.py)")],
+    cases: Annotated[Path, typer.Argument(help="case file (JSONL; format in router/commands/eval/cases.py)")],
     url: Annotated[str, typer.Option("--url", help="OpenAI base URL: the proxy's …/v1, or a tier's")] = (
         "http://127.0.0.1:8080/v1"
     ),
@@ -255,7 +255,7 @@ def eval_(
     """Score tool-call cases: accuracy, false accepts, escalations, full-tier share, latency."""
     from rich.console import Console
 
-    from router.tools.eval import CaseError, load_cases, plot, run_with_progress, runs_table, save
+    from router.commands.eval import CaseError, load_cases, plot, run_with_progress, runs_table, save
 
     try:
         loaded = load_cases(cases)
@@ -310,7 +310,7 @@ def qa(
     """Distillation QA: judge a route's sampled answers against the full tier; recommend a tier."""
     import asyncio
 
-    from router.tools.qa import Options, main
+    from router.commands.qa import Options, main
 
     options = Options(samples, pass_rate, min_samples, tier, judge, rejudge, concurrency, timeout)
     raise typer.Exit(asyncio.run(main(policy, store, route or [], options, as_json)))

@@ -19,7 +19,7 @@ and sha256 must match what is recorded here.
 Everything is cached under `cache_root()` (`$AGENT_ROUTER_CACHE`, else `$XDG_CACHE_HOME/agent-router`,
 else `~/.cache/agent-router`): `wheels/` and `models/`, shared by `agent-router up`, scripts/install,
 scripts/test and CI. The Gemma 3 270M file of the fast tier comes from its installed package
-(router/tools/llama.py's `model_path`) and lands in the same `models/`.
+(router/commands/llama.py's `model_path`) and lands in the same `models/`.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
+from router.commands.eval.cases import FALSE_ACCEPTS, OUTCOMES, Case, score
 from router.core.compare import first_call
-from router.tools.eval.cases import FALSE_ACCEPTS, OUTCOMES, Case, score
 
 
 @dataclass

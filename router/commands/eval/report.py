@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from router.tools.eval.runner import Run
+from router.commands.eval.runner import Run
 
 
 def _pct(x: float | None) -> str:

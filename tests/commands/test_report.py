@@ -19,8 +19,8 @@ import openai
 import orjson
 import pytest
 
+from router.commands.report import _escalation_rates, _rates, fetch, tier_key, tool_key
 from router.fake import FakeConfig, FakeServer
-from router.tools.report import _escalation_rates, _rates, fetch, tier_key, tool_key
 from tests.conftest import Proxy, policy_text
 
 StartFake = Callable[..., Awaitable[FakeServer]]
