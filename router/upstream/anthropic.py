@@ -131,7 +131,7 @@ class AnthropicUpstream(PooledHTTP):
 
     def stream_native(self, native: Native, deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
         data, headers, fast = self._request(native, True)
-        view = ChatView(self.tier, self._secrets, MessagesMarks(self.tag), fast)
+        view = MessagesEvents(self.tier, self._secrets, MessagesMarks(self.tag), fast)
         events = self.post_events(self.url, data, deadline, view.chunk, headers)
         return self._falling_back(native, deadline, events) if fast else events
 
@@ -155,7 +155,7 @@ class AnthropicUpstream(PooledHTTP):
         finally:
             await events.aclose()
         data, headers, _ = self._request(native, True, fast=False)
-        view = ChatView(self.tier, self._secrets, MessagesMarks(self.tag), False, reason)
+        view = MessagesEvents(self.tier, self._secrets, MessagesMarks(self.tag), False, reason)
         standard = self.post_events(self.url, data, deadline, view.chunk, headers)
         try:
             async for chunk in standard:
@@ -219,7 +219,7 @@ def _completion(message: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class ChatView:
+class MessagesEvents:
     """Messages stream events → the chat.completion.chunk each one amounts to (for the Gate and the
     validator), kept with the event itself in `Chunk.native`."""
 

@@ -40,7 +40,7 @@ from router.upstream.base import Chunk, Limits, Native, Prompt, Reply, token_cou
 from router.upstream.context import props_window, served_window
 from router.upstream.http import PooledHTTP
 from router.upstream.responses_tools import ToolMap
-from router.upstream.responses_view import ChatView, completion_of
+from router.upstream.responses_view import ResponsesEvents, completion_of
 from router.upstream.responses_ws import SocketTurns
 from router.upstream.speed import served
 
@@ -255,11 +255,11 @@ class OpenAICompatUpstream(PooledHTTP):
         url = self.responses_urls[replica]
 
         def http() -> AsyncIterator[Chunk]:
-            view = ChatView(self.tier, self._secrets, tools, self.tag)
+            view = ResponsesEvents(self.tier, self._secrets, tools, self.tag)
             return self.post_events(url, self._native_payload(native, True), deadline, view.chunk)
 
         if self.sockets is not None and session is not None and self.sockets.serves(session):
-            view = ChatView(self.tier, self._secrets, tools, self.tag)
+            view = ResponsesEvents(self.tier, self._secrets, tools, self.tag)
             return self.sockets.stream(native, deadline, session, replica, view, http)
         return http()
 
@@ -267,7 +267,7 @@ class OpenAICompatUpstream(PooledHTTP):
         """The session's WebSocket opened, `generate: false` sent on it (responses_ws.py): the upstream's id."""
         if self.sockets is None:
             return None
-        view = ChatView(self.tier, self._secrets, ToolMap.of_request(native.body), self.tag)
+        view = ResponsesEvents(self.tier, self._secrets, ToolMap.of_request(native.body), self.tag)
         replica = self.affinity.place(session).replica
         return await self.sockets.prewarm(native, deadline, session, replica, view, generate)
 

@@ -2,9 +2,9 @@
 for the checks (router/upstream/openai_compat.py; the request it gets is `native_body` in
 router/responses/translate.py):
 
-    ChatView                        the tier's stream events → the chat.completion.chunk each one
+    ResponsesEvents                 the tier's stream events → the chat.completion.chunk each one
                                     amounts to, for the Gate and the checks (the event rides along in
-                                    `Chunk.native`)
+                                    `Chunk.native`); anthropic.py's MessagesEvents does the same for Messages
     completion_of(response)         a whole Response object → the chat.completion the checks read
 
 Items the chat translation cannot carry (reasoning, built-in tool calls, annotations) reach the
@@ -80,7 +80,9 @@ def completion_of(response: Mapping[str, Any], tools: ToolMap | None = None) -> 
     return out
 
 
-class ChatView:
+class ResponsesEvents:
+    """Responses stream events → the chat.completion.chunk each one amounts to (`chunk`)."""
+
     def __init__(
         self, tier: str, secrets: tuple[str, ...], tools: ToolMap | None = None, tag: str | None = None
     ) -> None:

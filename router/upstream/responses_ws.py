@@ -5,7 +5,7 @@ the SSE stream's events) up to its end.
 
     ResponsesSocket      one connection (the `websockets` library): send a message, receive one
     SocketTurns          a tier's turns over its sessions' seats (router/sessions/sockets.py)
-        stream(...)      a turn's chunks (responses_view.py's ChatView), or its HTTP stream when the
+        stream(...)      a turn's chunks (responses_view.py's ResponsesEvents), or its HTTP stream when the
                          socket cannot serve it
         prewarm(...)     a warm-up: the socket opened, and (`generate`) `generate: false` sent on it: the
                          input taken upstream, nothing generated; the upstream's id
@@ -59,7 +59,7 @@ from router.sessions.sockets import Seat, Seats
 from router.upstream.base import Chunk, Limits, Native
 from router.upstream.context import exceeded
 from router.upstream.http import answer_chars
-from router.upstream.responses_view import ChatView
+from router.upstream.responses_view import ResponsesEvents
 
 log = logging.getLogger("router.upstream")
 _WIRE = logging.getLogger("router.upstream.ws.wire")
@@ -135,7 +135,7 @@ class SocketTurns:
         return session is not None and not session.side
 
     async def stream(
-        self, native: Native, deadline: float, session: Session, replica: int, view: ChatView, http: Stream
+        self, native: Native, deadline: float, session: Session, replica: int, view: ResponsesEvents, http: Stream
     ) -> AsyncIterator[Chunk]:
         """The turn over the session's socket, else (busy, on HTTP a while, failed before its first
         event) `http()`'s stream, whole."""
@@ -161,7 +161,13 @@ class SocketTurns:
                 await events.aclose()  # type: ignore[attr-defined]
 
     async def prewarm(
-        self, native: Native, deadline: float, session: Session, replica: int, view: ChatView, generate: bool = True
+        self,
+        native: Native,
+        deadline: float,
+        session: Session,
+        replica: int,
+        view: ResponsesEvents,
+        generate: bool = True,
     ) -> str | None:
         """Open the session's socket (a warm-up: even a small tool-less one belongs to the conversation)
         and, with `generate`, send the request with `generate: false`: the upstream takes its input (the
@@ -190,7 +196,7 @@ class SocketTurns:
         return None
 
     async def _turn(
-        self, seat: Seat[ResponsesSocket], native: Native, deadline: float, replica: int, view: ChatView
+        self, seat: Seat[ResponsesSocket], native: Native, deadline: float, replica: int, view: ResponsesEvents
     ) -> AsyncGenerator[Chunk, None]:
         loop = asyncio.get_running_loop()
         end = min(loop.time() + self.config.timeouts.total, deadline)
@@ -239,7 +245,7 @@ class SocketTurns:
                 yield chunk
 
     async def _answer(
-        self, seat: Seat[ResponsesSocket], socket: ResponsesSocket, first: bytes, end: float, view: ChatView
+        self, seat: Seat[ResponsesSocket], socket: ResponsesSocket, first: bytes, end: float, view: ResponsesEvents
     ) -> AsyncGenerator[Chunk, None]:
         """The answer's events, from `first` up to its end. Left before that (the consumer went, the
         tier failed mid-answer), the socket is closed."""

@@ -15,7 +15,7 @@ from router.responses.items import CARRIED, assistant_message, input_messages, i
 from router.responses.translate import chat_body, chat_tool_choice, chat_tools, translate
 from router.responses.turn import PreviousResponseNotFound, prepare, previous
 from router.upstream.responses_tools import Offered, ToolMap
-from router.upstream.responses_view import ChatView, completion_of
+from router.upstream.responses_view import ResponsesEvents, completion_of
 from tests.responses.conftest import CALL_ITEM, TEXT_ITEM, WEATHER, assert_order
 
 LOOP_ITEMS: list[dict[str, Any]] = [
@@ -453,7 +453,7 @@ def test_a_native_tiers_namespaced_and_freeform_calls_are_checked_by_their_chat_
         {"name": "functions__wait", "arguments": "{}"},
         {"name": "functions__exec", "arguments": '{"input":"say(\\"hi\\")"}'},
     ]
-    view = ChatView("t", (), tools)
+    view = ResponsesEvents("t", (), tools)
     item = response["output"][1]
     events = [
         {"type": "response.output_item.added", "output_index": 0, "item": {**item, "input": ""}},
