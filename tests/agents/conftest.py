@@ -6,6 +6,7 @@ environment of its own (nothing of the caller's, telemetry off) and a bounded ti
 
 Stack      the fake (finishes a tool loop after one result, steered to a harmless tool), the router in
            front of it, and what the router answered: HTTP statuses and WebSocket `error` events
+routed()   the router in front of a policy of a test's own (Tiers: two fakes behind it)
 run_cli()  one CLI run → (exit code, stdout, stderr); killed after `CLI_TIMEOUT` seconds (or its `bound`)
 """
 
@@ -98,18 +99,35 @@ class Stack:
         return [r["body"] for r in await fake_requests(self.fake.url) if r["path"] == "/v1/chat/completions"]
 
 
+@dataclass
+class Tiers:
+    """Two fake upstreams (fast, full) and the router in front of them, serving a policy of a test's own."""
+
+    fast: FakeServer
+    full: FakeServer
+    base: str  # the router, http://127.0.0.1:PORT
+    seen: Seen
+
+
+@contextlib.asynccontextmanager
+async def routed(policy: str, tmp_path: Path) -> AsyncIterator[tuple[str, Seen]]:
+    """The router on a free port serving `policy`: (its base URL, what it answered)."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(policy)
+    seen = Seen()
+    server, task, base = await start_uvicorn(recording(create_app(Settings(policy=path, reload_policy=False)), seen))
+    try:
+        yield base, seen
+    finally:
+        await stop_uvicorn(server, task)
+
+
 @pytest.fixture
 async def stack(start_fake_: Callable[..., Awaitable[FakeServer]], tmp_path: Path) -> AsyncIterator[Stack]:
     fake = await start_fake_(FakeConfig(finish_after=1, prefer_tools=PREFERRED))
-    path = tmp_path / "policy.yaml"
-    path.write_text(policy_text(fake.url, extra='aliases: {"*": auto}\n'))  # the CLIs' own model names too
-    seen = Seen()
-    app = recording(create_app(Settings(policy=path, reload_policy=False)), seen)
-    server, task, base = await start_uvicorn(app)
-    try:
+    policy = policy_text(fake.url, extra='aliases: {"*": auto}\n')  # the CLIs' own model names too
+    async with routed(policy, tmp_path) as (base, seen):
         yield Stack(fake, base, seen)
-    finally:
-        await stop_uvicorn(server, task)
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:

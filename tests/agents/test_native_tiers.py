@@ -15,21 +15,17 @@ not dropped everywhere). Tiers of one model (a fast-mode lane) keep the agent's 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from router.app import create_app
 from router.fake import FakeConfig, FakeServer
 from router.sessions.provenance import MARK
-from router.settings import Settings
-from tests.agents.conftest import PREFERRED, Seen, clean_env, cli, recording, run_cli, workdir
+from tests.agents.conftest import PREFERRED, Tiers, clean_env, cli, routed, run_cli, workdir
 from tests.agents.test_cli import codex_home
 from tests.api.helpers import fake_requests, root
-from tests.conftest import start_uvicorn, stop_uvicorn
 from tests.fake.test_reasoning import refused
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(240)]
@@ -39,14 +35,6 @@ KEY = "sk-test-native-tiers"
 # on a native Responses tier), its shell tools
 LISTING = ("Glob", "exec", "exec_command", "shell_command", "shell")
 TASK = "List the files in this directory, then read notes.txt, then tell me in one sentence what you found."
-
-
-@dataclass
-class Tiers:
-    fast: FakeServer
-    full: FakeServer
-    base: str  # the router
-    seen: Seen
 
 
 def policy(fast: FakeServer, full: FakeServer, fast_model: str, full_model: str, provider: str) -> str:
@@ -80,14 +68,8 @@ async def tiers(
                                         prefer_tools=PREFERRED))  # fmt: skip
     # full lists files (a call that succeeds: the next turn goes back to fast), three times, then answers
     full = await start_fake_(FakeConfig(seed=2, api_key=KEY, finish_after=3, prefer_tools=LISTING))
-    path = tmp_path / "policy.yaml"
-    path.write_text(policy(fast, full, fast_model, full_model, provider))
-    seen = Seen()
-    server, task, base = await start_uvicorn(recording(create_app(Settings(policy=path, reload_policy=False)), seen))
-    try:
+    async with routed(policy(fast, full, fast_model, full_model, provider), tmp_path) as (base, seen):
         yield Tiers(fast, full, base, seen)
-    finally:
-        await stop_uvicorn(server, task)
 
 
 def reasoning_of(body: dict[str, Any]) -> list[str]:

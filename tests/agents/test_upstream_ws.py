@@ -8,31 +8,19 @@ routed to) and its turns after the first continue the tier's chain with only the
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from router.app import create_app
 from router.fake import FakeConfig, FakeServer
-from router.settings import Settings
-from tests.agents.conftest import PREFERRED, Seen, clean_env, cli, recording, run_cli, workdir
+from tests.agents.conftest import PREFERRED, Tiers, clean_env, cli, routed, run_cli, workdir
 from tests.agents.test_cli import codex_home
-from tests.conftest import start_uvicorn, stop_uvicorn
 from tests.responses.conftest import fake_log, socket_messages
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(240)]
 
 KEY = "sk-test-upstream-ws"
 TASK = "List the files in this directory, then tell me in one sentence what you found."
-
-
-@dataclass
-class Tiers:
-    fast: FakeServer
-    full: FakeServer
-    base: str
-    seen: Seen
 
 
 def policy(fast: FakeServer, full: FakeServer) -> str:
@@ -52,14 +40,8 @@ def policy(fast: FakeServer, full: FakeServer) -> str:
 async def tiers(start_fake_: Callable[..., Awaitable[FakeServer]], tmp_path: Path) -> AsyncIterator[Tiers]:
     fast = await start_fake_(FakeConfig(seed=1, api_key=KEY, finish_after=2, prefer_tools=PREFERRED))
     full = await start_fake_(FakeConfig(seed=2, api_key=KEY, finish_after=2, prefer_tools=PREFERRED))
-    path = tmp_path / "policy.yaml"
-    path.write_text(policy(fast, full))
-    seen = Seen()
-    server, task, base = await start_uvicorn(recording(create_app(Settings(policy=path, reload_policy=False)), seen))
-    try:
+    async with routed(policy(fast, full), tmp_path) as (base, seen):
         yield Tiers(fast, full, base, seen)
-    finally:
-        await stop_uvicorn(server, task)
 
 
 @pytest.mark.parametrize("transport", ["http", "websocket"])
