@@ -4,7 +4,7 @@ The loop itself is tenacity's: `Attempts.attempts()` retries while `Escalate` is
 attempt runs without it (most calls need no other, and the loop's machinery costs more than the
 rest of a call's routing); one that raises `Escalate` goes on in `Attempts.retries()`, tenacity's loop
 taken up where it would have been after that attempt (same stop, same backoff). Every tier's
-answer is checked, the chain's last one's too. A `Attempts` raises `Escalate` while another attempt is
+answer is checked, the chain's last one's too. An `Attempts` raises `Escalate` while another attempt is
 allowed (attempt count and deadline): the next attempt goes to a stronger tier, or — on the chain's
 last tier — to the same tier again, as a repair (`tool_choice` pinned to the tool the model meant)
 or a fresh sample. When no attempt is left, an answer whose mistakes the policy escalates on is
@@ -30,7 +30,7 @@ A tier whose context the prompt does not fit (`ContextExceeded`: its server said
 chain beyond it whose window is larger (or not known); when there is none it ends with the client's
 own context error, with the prompt's tokens and the window (router/core/context.py learns the window).
 
-A `Attempts` decides; its `Record` (router/core/record.py) writes the events and counts down, and the
+An `Attempts` decides; its `Record` (router/core/record.py) writes the events and counts down, and the
 transports tell the client (router/flow/summary.py).
 """
 

@@ -338,7 +338,7 @@ async def test_delays_are_applied(make_fake: Factory) -> None:
 
 
 async def test_introspection_and_stats(server: FakeServer) -> None:
-    async with client(server, default_headers={"X-Attempts": "abc"}) as oa:
+    async with client(server, default_headers={"X-Trace": "abc"}) as oa:
         await oa.chat.completions.create(model="rec", messages=MESSAGES, temperature=0.5)
         models = await oa.models.list()
     assert [m.id for m in models.data] == ["fake-model"]
