@@ -4,14 +4,14 @@ Real servers, the official SDKs."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anthropic
 import openai
 import pytest
 
-from router.fake import FakeConfig, FakeServer, start_fake
+from router.fake import FakeServer
 from router.fake.speed import FAST_MODE_BETA
 
 USER: Any = [{"role": "user", "content": "Refactor this module."}]
@@ -20,26 +20,12 @@ BETA = {"anthropic-beta": f"other-beta-2025-01-01, {FAST_MODE_BETA}"}
 Factory = Callable[..., Awaitable[FakeServer]]
 
 
-@pytest.fixture
-async def make_fake() -> AsyncIterator[Factory]:
-    servers: list[FakeServer] = []
-
-    async def make(**kwargs: Any) -> FakeServer:
-        server = await start_fake(FakeConfig(**kwargs))
-        servers.append(server)
-        return server
-
-    yield make
-    for server in servers:
-        await server.close()
-
-
 def claude(server: FakeServer) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(base_url=server.url.removesuffix("/v1"), api_key="x", max_retries=0)
 
 
-async def test_fast_mode_is_taken_with_its_beta_for_fast_models_only(make_fake: Factory) -> None:
-    server = await make_fake(fast_models=("claude-opus-*",))
+async def test_fast_mode_is_taken_with_its_beta_for_fast_models_only(start_fake_: Factory) -> None:
+    server = await start_fake_(fast_models=("claude-opus-*",))
     async with claude(server) as sdk:
         fast = await sdk.messages.create(
             model="claude-opus-4-6", max_tokens=16, messages=USER, speed="fast", extra_headers=BETA
@@ -67,8 +53,8 @@ async def test_fast_mode_is_taken_with_its_beta_for_fast_models_only(make_fake: 
                                       extra_body={"speed": "warp"}, extra_headers=BETA)  # fmt: skip
 
 
-async def test_the_fast_mode_rate_limit_answers_429_and_draws_nothing(make_fake: Factory) -> None:
-    limited, free = await make_fake(seed=3, fast_rate_limit=1), await make_fake(seed=3)
+async def test_the_fast_mode_rate_limit_answers_429_and_draws_nothing(start_fake_: Factory) -> None:
+    limited, free = await start_fake_(seed=3, fast_rate_limit=1), await start_fake_(seed=3)
     async with claude(limited) as sdk, claude(free) as reference:
         first = await sdk.messages.create(model="m", max_tokens=16, messages=USER, speed="fast", extra_headers=BETA)
         with pytest.raises(anthropic.RateLimitError) as limit:
@@ -81,8 +67,8 @@ async def test_the_fast_mode_rate_limit_answers_429_and_draws_nothing(make_fake:
     assert [first.content, standard.content] == [e.content for e in expected]  # the refusal drew nothing
 
 
-async def test_openai_answers_say_the_service_tier_that_served_them(make_fake: Factory) -> None:
-    server = await make_fake()
+async def test_openai_answers_say_the_service_tier_that_served_them(start_fake_: Factory) -> None:
+    server = await start_fake_()
     async with openai.AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0) as sdk:
         chat = await sdk.chat.completions.create(model="m", messages=USER, service_tier="priority")
         assert chat.service_tier == "priority"

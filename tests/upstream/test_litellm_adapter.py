@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -66,10 +67,8 @@ async def test_anthropic_tier_answers_through_litellm(start_fake_, proxy_) -> No
     assert all(r["body"]["model"] == "claude-test" for r in seen)
 
 
-def test_litellm_is_not_imported_for_openai_compatible_tiers(tmp_path) -> None:
-    """Start-up and the OpenAI-compatible path never pay for litellm."""
-    policy = tmp_path / "p.yaml"
-    policy.write_text(policy_text("http://127.0.0.1:9/v1"))
+def litellm_imported_at_start(policy: Path) -> bool:
+    """Whether starting the app on `policy` (its lifespan, in a fresh interpreter) imports litellm."""
     code = (
         "import sys, asyncio\n"
         "from router.app import create_app\n"
@@ -82,7 +81,14 @@ def test_litellm_is_not_imported_for_openai_compatible_tiers(tmp_path) -> None:
         "print('litellm' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "False"
+    return out.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_litellm_is_not_imported_for_openai_compatible_tiers(tmp_path) -> None:
+    """Start-up and the OpenAI-compatible path never pay for litellm."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text(policy_text("http://127.0.0.1:9/v1"))
+    assert not litellm_imported_at_start(policy)
 
 
 def anthropic_fast(fast_root: str, full_url: str) -> str:
@@ -156,16 +162,4 @@ def test_litellm_is_not_imported_for_a_tier_serving_messages(tmp_path) -> None:
     claude = "  full:\n    model: anthropic/claude-test\n    api_base: http://127.0.0.1:9\n"
     policy.write_text(policy_text("http://127.0.0.1:9/v1").replace(
         "  full:\n    model: openai/full-model\n    api_base: http://127.0.0.1:9/v1\n", claude))  # fmt: skip
-    code = (
-        "import sys, asyncio\n"
-        "from router.app import create_app\n"
-        "from router.settings import Settings\n"
-        f"app = create_app(Settings(policy={str(policy)!r}, warm_up=False, reload_policy=False))\n"
-        "async def main():\n"
-        "    async with app.router.lifespan_context(app):\n"
-        "        pass\n"
-        "asyncio.run(main())\n"
-        "print('litellm' in sys.modules)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "False"
+    assert not litellm_imported_at_start(policy)
