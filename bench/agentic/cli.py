@@ -23,7 +23,7 @@ from bench.agentic.run import (
     router_for,
     run_config,
 )
-from bench.agentic.tasks import KINDS, TASKS, select
+from bench.agentic.tasks import HALVES, KINDS, TASKS, select
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="An agentic eval: whole tasks through the router.")
 console = Console(highlight=False)
@@ -36,6 +36,7 @@ def run(
     limit: Annotated[int | None, typer.Option(help="N tasks only, spread evenly over the list", min=1)] = None,
     task: Annotated[list[str] | None, typer.Option(help="these task ids only (repeatable)")] = None,
     kind: Annotated[list[str] | None, typer.Option(help=f"tasks of these kinds only: {', '.join(KINDS)}")] = None,
+    half: Annotated[str | None, typer.Option(help=f"tasks of one half only: {', '.join(HALVES)}")] = None,
     base: Annotated[
         str | None, typer.Option(help="a router serving the configuration's policy, e.g. http://127.0.0.1:8080")
     ] = None,
@@ -67,7 +68,7 @@ def run(
         raise typer.BadParameter("--base and --tiers exclude each other")
     try:
         loops = loops_of(loop)
-        tasks = select(task, kind, limit)
+        tasks = select(task, kind, limit, half)
     except (KeyError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     label = upstream or ("local" if not base and not tiers else "unknown")

@@ -23,6 +23,7 @@ from bench.agentic.tasks import BY_ID, KINDS
 
 # issue 26, point 4: routed task success ≥ 0.95x full only's, at ≤ 0.6x its median wall time per task
 GOAL_SUCCESS, GOAL_TIME = 0.95, 0.6
+BASE = "full-only"  # what every configuration is compared with
 FAKE_NOTE = (
     "**Harness check on the fake upstream** (`agent-router fake-upstream`): its tool calls are random picks "
     "with schema-valid made-up arguments and its answers random words, so no task can be expected to succeed. "
@@ -106,7 +107,10 @@ def _kinds(counts: dict[str, int], top: int = 4) -> str:
 
 
 def _row(name: str, s: dict[str, Any], base: dict[str, Any] | None) -> str:
-    times = f"{s['success_rate'] / base['success_rate']:.2f}" if base and base["success_rate"] else "—"
+    if versus := s.get("vs_full_only"):  # on the runs both have
+        times = f"{versus['success_ratio']:.2f}" if versus["success_ratio"] is not None else "—"
+    else:
+        times = f"{s['success_rate'] / base['success_rate']:.2f}" if base and base["success_rate"] else "—"
     recovered = f"{s['tool_errors_recovered']}/{s['tool_errors']}"
     return (f"| {name} | {s['tasks']} | {s['success_rate']:.1%} | {times} | {s['steps_per_task']:.1f} | "
             f"{_kinds(s['mistakes_caught'])} | {_kinds(s['mistakes_reached'])} | {recovered} | "
@@ -131,10 +135,30 @@ def build(runs: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, Any]:
         entry["loops"] = {loop: summarize(runs[(c, loop)]) for loop in LOOPS if (c, loop) in runs}
         entry["loops"] |= {loop: summarize(rs) for (cc, loop), rs in runs.items() if cc == c and loop not in LOOPS}
         summary["configs"][c] = entry
+        if c != BASE and any(cc == BASE for cc, _ in runs):
+            entry["vs_full_only"] = paired(runs, c, BASE)
     upstreams = sorted({u for e in summary["configs"].values() for u in e["upstream"]})
     summary["upstream"] = upstreams
     summary["goal"] = _goal(summary["configs"], upstreams)
     return summary
+
+
+def paired(runs: dict[tuple[str, str], list[dict[str, Any]]], config: str, base: str) -> dict[str, Any]:
+    """`config` against `base` on the (task, loop) runs both have (configurations run on different
+    tasks, e.g. a learned policy on the held-out half only, are compared on what they share)."""
+    mine = {(r["task"], loop): r for (c, loop), rs in runs.items() if c == config for r in rs}
+    theirs = {(r["task"], loop): r for (c, loop), rs in runs.items() if c == base for r in rs}
+    both = sorted(mine.keys() & theirs.keys())
+    a, b = summarize([mine[k] for k in both]), summarize([theirs[k] for k in both])
+    return {
+        "tasks": len(both),
+        "success_rate": a["success_rate"],
+        "base_success_rate": b["success_rate"],
+        "success_ratio": round(a["success_rate"] / b["success_rate"], 3) if b["success_rate"] else None,
+        "p50_seconds": a["p50_seconds"],
+        "base_p50_seconds": b["p50_seconds"],
+        "p50_ratio": round(a["p50_seconds"] / b["p50_seconds"], 3) if b["p50_seconds"] else None,
+    }
 
 
 def _goal(configs: dict[str, Any], upstreams: list[str]) -> dict[str, Any]:
@@ -142,16 +166,15 @@ def _goal(configs: dict[str, Any], upstreams: list[str]) -> dict[str, Any]:
         "what": f"routed task success >= {GOAL_SUCCESS}x full-only's, at <= {GOAL_TIME}x its median wall time per task",
         "measured": False,
     }
-    full, routed = configs.get("full-only"), configs.get("routed")
-    if not full or not routed:
-        goal["why_not"] = "needs both full-only and routed runs"
+    versus = configs.get("routed", {}).get("vs_full_only")
+    if not versus or not versus["tasks"]:
+        goal["why_not"] = "needs full-only and routed runs of the same tasks"
         return goal
-    if not full["success_rate"] or not full["p50_seconds"]:
+    if versus["success_ratio"] is None or versus["p50_ratio"] is None:
         goal["why_not"] = "full-only succeeded on no task: there is no ratio to take"
         return goal
-    ratio_success = routed["success_rate"] / full["success_rate"]
-    ratio_time = routed["p50_seconds"] / full["p50_seconds"]
-    goal |= {"success_ratio": round(ratio_success, 3), "p50_ratio": round(ratio_time, 3)}
+    ratio_success, ratio_time = versus["success_ratio"], versus["p50_ratio"]
+    goal |= {"tasks": versus["tasks"], "success_ratio": ratio_success, "p50_ratio": ratio_time}
     if harness := [u for u in upstreams if u in HARNESS]:
         goal["why_not"] = f"a harness check ({', '.join(harness)} upstream): the ratios say nothing about the goal"
     else:
@@ -185,6 +208,7 @@ def markdown(runs: dict[tuple[str, str], list[dict[str, Any]]], summary: dict[st
         loop_base = base["loops"] if base else {}
         for loop, s in summary["configs"][c]["loops"].items():
             lines.append(_row(f"{c} · {loop}", s, loop_base.get(loop)))
+    lines += _versus(summary)
     goal = summary["goal"]
     if "success_ratio" in goal:
         ratios = f"success x{goal['success_ratio']:.2f}, median wall time per task x{goal['p50_ratio']:.2f}"
@@ -204,6 +228,23 @@ def markdown(runs: dict[tuple[str, str], list[dict[str, Any]]], summary: dict[st
         lines.append("")
     lines += ["![success against median wall time](success-vs-time.png)", ""]
     return "\n".join(lines)
+
+
+def _versus(summary: dict[str, Any]) -> list[str]:
+    rows = [(c, s["vs_full_only"]) for c, s in summary["configs"].items() if s.get("vs_full_only")]
+    if not rows:
+        return []
+    out = ["", f"## Against {BASE} on the same runs", "",
+           "Each configuration beside full-only on the (task, loop) runs both have: a configuration run on "
+           "part of the tasks (a learned policy on the held-out half) is compared on that part only.", "",
+           "| configuration | runs | success | full-only's | x | p50 s | full-only's | x |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for c, v in rows:
+        ratio = f"{v['success_ratio']:.2f}" if v["success_ratio"] is not None else "—"
+        time_ratio = f"{v['p50_ratio']:.2f}" if v["p50_ratio"] is not None else "—"
+        out.append(f"| {c} | {v['tasks']} | {v['success_rate']:.1%} | {v['base_success_rate']:.1%} | {ratio} | "
+                   f"{v['p50_seconds']:.1f} | {v['base_p50_seconds']:.1f} | {time_ratio} |")  # fmt: skip
+    return out
 
 
 def _by_kind(runs: dict[tuple[str, str], list[dict[str, Any]]], configs: list[str]) -> list[str]:

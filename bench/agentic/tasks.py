@@ -576,12 +576,24 @@ def _tasks() -> list[Task]:
 TASKS: tuple[Task, ...] = tuple(_tasks())
 BY_ID: dict[str, Task] = {t.id: t for t in TASKS}
 assert len(BY_ID) == len(TASKS), "task ids must be unique"
+# Two halves, for a route learned from runs: learned on "train", shown on "held-out" (every other
+# task of the list, so each kind is split about evenly)
+HALVES: dict[str, frozenset[str]] = {
+    "train": frozenset(t.id for t in TASKS[0::2]),
+    "held-out": frozenset(t.id for t in TASKS[1::2]),
+}
 
 
-def select(ids: list[str] | None = None, kinds: list[str] | None = None, limit: int | None = None) -> list[Task]:
-    """Tasks by id (in the order given) or all; of any of `kinds`; `limit` of them spread evenly over
-    the list (TASKS is grouped by kind: the first few would all be no_tool tasks)."""
+def select(
+    ids: list[str] | None = None, kinds: list[str] | None = None, limit: int | None = None, half: str | None = None
+) -> list[Task]:
+    """Tasks by id (in the order given) or all; of any of `kinds`; of one of HALVES; `limit` of them
+    spread evenly over the list (TASKS is grouped by kind: the first few would all be no_tool tasks)."""
     chosen = [BY_ID[i] for i in ids] if ids else list(TASKS)
+    if half:
+        if half not in HALVES:
+            raise ValueError(f"unknown half {half!r}; halves: {', '.join(HALVES)}")
+        chosen = [t for t in chosen if t.id in HALVES[half]]
     if kinds:
         unknown = set(kinds) - set(KINDS)
         if unknown:

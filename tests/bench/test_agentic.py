@@ -268,6 +268,36 @@ def test_the_goal_is_judged_on_runs_of_real_tiers() -> None:
     assert summary["configs"]["routed"]["full_share"] == 0.5 and summary["configs"]["routed"]["p95_seconds"] == 7.0
 
 
+def test_a_configuration_run_on_part_of_the_tasks_is_compared_on_that_part() -> None:
+    from bench.agentic.report import build, markdown
+
+    full = [_record("full-only", f"t{i}", i % 2 == 0, 10.0 + i, ("full",)) for i in range(10)]
+    # the learned policy ran the odd tasks only, and got them all: full-only got none of those
+    learned = [_record("routed-learned", f"t{i}", True, 4.0, ("fast",)) for i in range(1, 10, 2)]
+    runs = {("full-only", "anthropic"): full, ("routed-learned", "anthropic"): learned}
+    summary = build(runs)
+    versus = summary["configs"]["routed-learned"]["vs_full_only"]
+    assert versus["tasks"] == 5 and versus["base_success_rate"] == 0.0 and versus["success_ratio"] is None
+    assert versus["base_p50_seconds"] == 15.0 and versus["p50_ratio"] == round(4.0 / 15.0, 3)
+    assert "| routed-learned | 5 | 100.0% | 0.0% | — |" in markdown(runs, summary)
+    assert "vs_full_only" not in summary["configs"]["full-only"]
+    routed = [_record("routed", f"t{i}", True, 5.0, ("fast",)) for i in range(0, 10, 2)]
+    goal = build({**runs, ("routed", "anthropic"): routed})["goal"]
+    assert goal["tasks"] == 5 and goal["success_ratio"] == 1.0 and goal["p50_ratio"] == round(5.0 / 14.0, 3)
+
+
+def test_the_halves_split_every_kind() -> None:
+    from bench.agentic.tasks import HALVES, select
+
+    train, held_out = select(half="train"), select(half="held-out")
+    assert not {t.id for t in train} & {t.id for t in held_out} and len(train) + len(held_out) == len(TASKS)
+    for kind in KINDS:
+        assert any(kind in t.kinds for t in train) and any(kind in t.kinds for t in held_out)
+    assert all(t.id in HALVES["held-out"] for t in select(half="held-out", limit=5))
+    with pytest.raises(ValueError):
+        select(half="nope")
+
+
 def test_select_spreads_a_limit_over_the_kinds() -> None:
     from bench.agentic.tasks import select
 
