@@ -1,16 +1,14 @@
 """One call's journey across tiers: which tier to try next, and what went wrong.
 
-The loop itself is tenacity's: `Attempts.attempts()` retries while `Escalate` is raised. A call's first
-attempt runs without it (most calls need no other, and the loop's machinery costs more than the
-rest of a call's routing); one that raises `Escalate` goes on in `Attempts.retries()`, tenacity's loop
-taken up where it would have been after that attempt (same stop, same backoff). Every tier's
-answer is checked, the chain's last one's too. An `Attempts` raises `Escalate` while another attempt is
-allowed (attempt count and deadline): the next attempt goes to a stronger tier, or — on the chain's
-last tier — to the same tier again, as a repair (`tool_choice` pinned to the tool the model meant)
-or a fresh sample. When no attempt is left, an answer whose mistakes the policy escalates on is
-never handed to the client: `ChecksFailed` (a retryable 502) is raised instead, unless the policy
-says `escalation.on_exhausted: deliver`. Its message says what the client has: nothing, or (a
-stream) the text already streamed and no tool call.
+Its attempts run in tenacity's loop, retried while `Escalate` is raised, the first outside it
+(router/flow/retries.py: the loop, the backoff). Every tier's answer is checked, the chain's last
+one's too. An `Attempts` raises `Escalate` while another attempt is allowed (attempt count and
+deadline): the next attempt goes to a stronger tier, or — on the chain's last tier — to the same
+tier again, as a repair (`tool_choice` pinned to the tool the model meant) or a fresh sample. When
+no attempt is left, an answer whose mistakes the policy escalates on is never handed to the client:
+`ChecksFailed` (a retryable 502) is raised instead, unless the policy says
+`escalation.on_exhausted: deliver`. Its message says what the client has: nothing, or (a stream)
+the text already streamed and no tool call.
 
 Such a request is remembered (router/core/repeats.py): a repeat of it — the agent's retry — is not
 run the same way (`escalation.repeat`): it is resampled (every attempt on the repeat tier, at the
@@ -21,9 +19,6 @@ A tier whose breaker is open (router/core/breaker.py) is skipped as if it were n
 attempt goes to the next stronger tier, with `tier_open` among the mistakes; with none left, the
 call ends with `TierOpen` (a retryable 503 with Retry-After). Upstream errors of a tier's making
 open its breaker; answers, however wrong, close the count.
-
-Backoff (exponential, with jitter) applies only when an upstream error sends the call back to the
-same tier; escalating to another tier or asking again after a mistake is immediate.
 
 A tier whose context the prompt does not fit (`ContextExceeded`: its server said so) is not at fault
 — no breaker count, no mistake: the call goes on, while an attempt is left, to the first tier of the
@@ -37,13 +32,11 @@ transports tell the client (router/flow/summary.py).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tenacity import AsyncRetrying, AttemptManager, RetryCallState, retry_if_exception_type, stop_after_attempt
-from tenacity.wait import wait_exponential_jitter
+from tenacity import AsyncRetrying, AttemptManager
 
 from router.core.call import Call
 from router.core.escalate import Escalate
@@ -54,6 +47,7 @@ from router.core.repeats import Seen, resampled
 from router.core.validate import Mistake
 from router.core.verify import verify
 from router.errors import ChecksFailed, ChecksFailedRepeatedly, ContextExceeded, TierOpen, UpstreamError, UpstreamStatus
+from router.flow import retries
 from router.mistakes import CONTEXT_EXCEEDED, REPAIRABLE, TIER_OPEN, VERIFIER_REJECT
 from router.policy.decide import Decision, fits
 from router.policy.model import Breaker, Policy
@@ -64,47 +58,6 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger("router.escalation")
-
-
-# Mistakes where the model meant an offered tool: pinning tool_choice to it constrains the next try.
-
-_backoff = wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.2)
-_retry = retry_if_exception_type(Escalate)  # one for every loop: each refers to itself (a cycle)
-
-
-def _wait(deadline: float, state: RetryCallState) -> float:
-    """The backoff, never past the call's deadline (the next attempt then times out at once)."""
-    exc = state.outcome.exception() if state.outcome else None
-    wait = _backoff(state) if isinstance(exc, Escalate) and exc.backoff else 0.0
-    return max(0.0, min(wait, deadline - asyncio.get_running_loop().time()))
-
-
-async def _after_first(attempts: AsyncRetrying, first: Escalate) -> AsyncIterator[AttemptManager]:
-    """`attempts`' attempts but its first, which only raises `first` again (tenacity records it).
-
-    Once the loop is over, its state lets go of the loop and of the last outcome: tenacity's loop
-    and its state refer to each other, and the exception it raises last refers to both (through
-    its traceback) — cycles that would leave them, and the call's objects in the frames of that
-    traceback, to the garbage collector instead of freeing them at once."""
-    # private API: tenacity-loop-state, see docs/architecture.md (the loop taken up after its first attempt)
-    replay: Escalate | None = first
-    del first
-    state: RetryCallState | None = None
-    try:
-        async for attempt in attempts:
-            state = attempt.retry_state
-            if replay is None:
-                yield attempt
-                continue
-            with attempt:
-                raise replay
-            replay = None  # the outcome is tenacity's now; no reference from this frame to its traceback
-    finally:
-        # private API: tenacity-loop-state, see docs/architecture.md
-        attempts.iter_state.reset()  # the loop's pending actions: its own bound methods
-        if state is not None:
-            state.outcome = None
-            state.retry_object = None  # type: ignore[assignment]
 
 
 class Attempts:
@@ -170,21 +123,14 @@ class Attempts:
 
     # -- the loop ---------------------------------------------------------------------------
     def attempts(self) -> AsyncRetrying:
-        # `wait` is a function of the deadline, not a method of this trace: tenacity's loop object
-        # refers to itself, a cycle only the garbage collector frees, which would hold the call's
-        # trace and body (every dict of it) until the next collection instead of freeing them at once.
-        return AsyncRetrying(
-            retry=_retry,
-            stop=stop_after_attempt(self.policy.escalation.max_attempts),
-            wait=functools.partial(_wait, self.deadline),
-            reraise=True,
-        )
+        """Tenacity's loop for this call: the policy's attempts, within its deadline."""
+        return retries.loop(self.policy.escalation.max_attempts, self.deadline)
 
     def retries(self, first: Escalate) -> AsyncIterator[AttemptManager]:
         """The attempts after a first one, run outside tenacity, that raised `first`: tenacity's loop
         (`attempts()`) with `first` as its first attempt's outcome, so it stops, waits and retries
         exactly as if it had run that attempt too."""
-        return _after_first(self.attempts(), first)
+        return retries.after_first(self.attempts(), first)
 
     def next_attempt(self) -> tuple[str, dict[str, Any]]:
         """The tier and body of the next attempt: routed tier, repair on the same tier, or stronger."""

@@ -7,6 +7,7 @@
     for each attempt:                       attempts.Attempts picks tier and body (routed, repair, stronger),
                                             past tiers whose breaker is open (router/core/breaker.py);
                                             the first runs plainly, the rest in tenacity's loop
+                                            (router/flow/retries.py)
         answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks;
                                             its end (answer, upstream error, neither) told to the breaker
         salvage(answer)                     a call written as text → a tool call (router/flow/salvage.py)
