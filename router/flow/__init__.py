@@ -2,7 +2,8 @@
 
     pipeline.py   lane → decide → call → validate → escalate → record, for a JSON answer or a stream
     attempts.py   Attempts: the state of one routed call — its decision, each attempt's tier and body
-                  (routed, repair, stronger), what each found, its deadline
+                  (routed, repair, stronger), what each found, its deadline; of the `Runtime` it
+                  holds only the `Parts` its attempts use
     retries.py    tenacity's loop for the attempts after a first run outside it; the backoff
     summary.py    what a client is told of its call's routing, on every transport: the `x-router-*`
                   headers and the `: router {json}` trailer

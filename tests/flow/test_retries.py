@@ -35,7 +35,7 @@ async def tenacity_only(router: Runtime, call: Call) -> tuple[Any, Reply]:
     try:
         async for attempt in attempts.attempts():
             with attempt:
-                reply = await pipeline._answer(router, attempts)
+                reply = await pipeline._answer(attempts)
     finally:
         router.lanes.leave(attempts.lane)
     return attempts, reply
