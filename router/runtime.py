@@ -1,8 +1,8 @@
 """The running proxy's state: one `Runtime` per app (router/app.py builds it; no module globals).
 
-Transports (router/api/) reach it as `request.app.state.router`; the pipeline, escalation and
-feedback get it as an argument; the parts below it (store, upstreams, validator, shadow mode) get
-only the collaborators they use.
+Transports (router/api/) reach it as `request.app.state.router`; the pipeline gets it as an argument;
+a call's `Attempts` (router/flow/attempts.py) gets only its `Parts`, what the attempts use; the parts
+below it (store, upstreams, validator, shadow mode) get only the collaborators they use.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from router.core.adaptive import AdaptiveState
@@ -17,6 +18,7 @@ from router.core.breaker import Breakers
 from router.core.context import Windows
 from router.core.lanes import Choice, Lanes
 from router.core.open_calls import OpenCalls
+from router.core.record import Background
 from router.core.repeats import Repeats
 from router.core.response_state import ResponseCache, ResponseState
 from router.core.shadow import Shadower
@@ -36,11 +38,29 @@ from router.upstream import Build, Limits, Upstreams, build_upstream
 log = logging.getLogger("router")
 
 
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What a call's attempts use of the running proxy (router/flow/attempts.py): the tiers, their
+    breakers and context windows, the checks, and where an attempt is written down and offered."""
+
+    upstreams: Upstreams
+    breakers: Breakers  # per tier: skipped a while after upstream errors in a row
+    windows: Windows  # tiers' context windows, as their servers and errors report them
+    warming: Warming  # warm-ups give way to a live attempt; a delivered answer is read ahead
+    validator: Validator
+    verdicts: VerdictCache  # the route's verifier's cached verdicts
+    repeats: Repeats  # requests whose every attempt failed the checks
+    shadow: Shadower
+    store: Store
+    metrics: Metrics
+    background: Background  # runs a coroutine off the request path (`Runtime.background`)
+
+
 class Runtime:
     """What one running proxy owns, handed to each part that uses it: settings, policy, store,
     upstream tiers and their context windows, validator, judge-verdict cache, exhausted requests,
-    metrics, lanes, shadow mode, response state, the calls open and in flight, and background tasks.
-    `start()` and `close()` bound their life."""
+    metrics, lanes, shadow mode, response state, the calls open and in flight, and background tasks;
+    `parts`, those a call's attempts use. `start()` and `close()` bound their life."""
 
     def __init__(self, settings: Settings, policy: PolicyHolder, store: Store, build: Build = build_upstream) -> None:
         self.settings = settings
@@ -75,6 +95,11 @@ class Runtime:
         cache = ResponseCache(settings.responses_cache_entries, settings.responses_cache_bytes)
         durable = settings.responses_store_ttl > 0 and store.backend != "memory"  # memory:// adds nothing
         self.responses = ResponseState(cache, store if durable else None, self.metrics)  # previous_response_id
+        self.parts = Parts(
+            upstreams=self.upstreams, breakers=self.breakers, windows=self.windows, warming=self.warming,
+            validator=self.validator, verdicts=self.verdicts, repeats=self.repeats, shadow=self.shadow,
+            store=store, metrics=self.metrics, background=self.background,
+        )  # fmt: skip
         self.inflight = 0  # calls in flight: changed only by router/api's `Admission`
         self.ready = False
         self._tasks: set[asyncio.Task[Any]] = set()

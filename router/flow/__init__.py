@@ -2,7 +2,9 @@
 
     pipeline.py   lane → decide → call → validate → escalate → record, for a JSON answer or a stream
     attempts.py   Attempts: the state of one routed call — its decision, each attempt's tier and body
-                  (routed, repair, stronger), what each found, backoff and deadline
+                  (routed, repair, stronger), what each found, its deadline; of the `Runtime` it
+                  holds only the `Parts` its attempts use
+    retries.py    tenacity's loop for the attempts after a first run outside it; the backoff
     summary.py    what a client is told of its call's routing, on every transport: the `x-router-*`
                   headers and the `: router {json}` trailer
     salvage.py    a call written as text that validates → a structured call (no model call)

@@ -1,16 +1,14 @@
 """One call's journey across tiers: which tier to try next, and what went wrong.
 
-The loop itself is tenacity's: `Attempts.attempts()` retries while `Escalate` is raised. A call's first
-attempt runs without it (most calls need no other, and the loop's machinery costs more than the
-rest of a call's routing); one that raises `Escalate` goes on in `Attempts.retries()`, tenacity's loop
-taken up where it would have been after that attempt (same stop, same backoff). Every tier's
-answer is checked, the chain's last one's too. An `Attempts` raises `Escalate` while another attempt is
-allowed (attempt count and deadline): the next attempt goes to a stronger tier, or — on the chain's
-last tier — to the same tier again, as a repair (`tool_choice` pinned to the tool the model meant)
-or a fresh sample. When no attempt is left, an answer whose mistakes the policy escalates on is
-never handed to the client: `ChecksFailed` (a retryable 502) is raised instead, unless the policy
-says `escalation.on_exhausted: deliver`. Its message says what the client has: nothing, or (a
-stream) the text already streamed and no tool call.
+Its attempts run in tenacity's loop, retried while `Escalate` is raised, the first outside it
+(router/flow/retries.py: the loop, the backoff). Every tier's answer is checked, the chain's last
+one's too. An `Attempts` raises `Escalate` while another attempt is allowed (attempt count and
+deadline): the next attempt goes to a stronger tier, or — on the chain's last tier — to the same
+tier again, as a repair (`tool_choice` pinned to the tool the model meant) or a fresh sample. When
+no attempt is left, an answer whose mistakes the policy escalates on is never handed to the client:
+`ChecksFailed` (a retryable 502) is raised instead, unless the policy says
+`escalation.on_exhausted: deliver`. Its message says what the client has: nothing, or (a stream)
+the text already streamed and no tool call.
 
 Such a request is remembered (router/core/repeats.py): a repeat of it — the agent's retry — is not
 run the same way (`escalation.repeat`): it is resampled (every attempt on the repeat tier, at the
@@ -22,28 +20,24 @@ attempt goes to the next stronger tier, with `tier_open` among the mistakes; wit
 call ends with `TierOpen` (a retryable 503 with Retry-After). Upstream errors of a tier's making
 open its breaker; answers, however wrong, close the count.
 
-Backoff (exponential, with jitter) applies only when an upstream error sends the call back to the
-same tier; escalating to another tier or asking again after a mistake is immediate.
-
 A tier whose context the prompt does not fit (`ContextExceeded`: its server said so) is not at fault
 — no breaker count, no mistake: the call goes on, while an attempt is left, to the first tier of the
 chain beyond it whose window is larger (or not known); when there is none it ends with the client's
 own context error, with the prompt's tokens and the window (router/core/context.py learns the window).
 
 An `Attempts` decides; its `Record` (router/core/record.py) writes the events and counts down, and the
-transports tell the client (router/flow/summary.py).
+transports tell the client (router/flow/summary.py). Of the running proxy it holds only its `Parts`
+(router/runtime.py): the tiers, their breakers and windows, the checks, the store and the metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tenacity import AsyncRetrying, AttemptManager, RetryCallState, retry_if_exception_type, stop_after_attempt
-from tenacity.wait import wait_exponential_jitter
+from tenacity import AsyncRetrying, AttemptManager
 
 from router.core.call import Call
 from router.core.escalate import Escalate
@@ -54,63 +48,23 @@ from router.core.repeats import Seen, resampled
 from router.core.validate import Mistake
 from router.core.verify import verify
 from router.errors import ChecksFailed, ChecksFailedRepeatedly, ContextExceeded, TierOpen, UpstreamError, UpstreamStatus
+from router.flow import retries
 from router.mistakes import CONTEXT_EXCEEDED, REPAIRABLE, TIER_OPEN, VERIFIER_REJECT
 from router.policy.decide import Decision, fits
 from router.policy.model import Breaker, Policy
 from router.upstream.base import Prompt, Speed
 
 if TYPE_CHECKING:
-    from router.runtime import Runtime
+    from router.runtime import Parts
 
 
 log = logging.getLogger("router.escalation")
 
 
-# Mistakes where the model meant an offered tool: pinning tool_choice to it constrains the next try.
-
-_backoff = wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.2)
-_retry = retry_if_exception_type(Escalate)  # one for every loop: each refers to itself (a cycle)
-
-
-def _wait(deadline: float, state: RetryCallState) -> float:
-    """The backoff, never past the call's deadline (the next attempt then times out at once)."""
-    exc = state.outcome.exception() if state.outcome else None
-    wait = _backoff(state) if isinstance(exc, Escalate) and exc.backoff else 0.0
-    return max(0.0, min(wait, deadline - asyncio.get_running_loop().time()))
-
-
-async def _after_first(attempts: AsyncRetrying, first: Escalate) -> AsyncIterator[AttemptManager]:
-    """`attempts`' attempts but its first, which only raises `first` again (tenacity records it).
-
-    Once the loop is over, its state lets go of the loop and of the last outcome: tenacity's loop
-    and its state refer to each other, and the exception it raises last refers to both (through
-    its traceback) — cycles that would leave them, and the call's objects in the frames of that
-    traceback, to the garbage collector instead of freeing them at once."""
-    # private API: tenacity-loop-state, see docs/architecture.md (the loop taken up after its first attempt)
-    replay: Escalate | None = first
-    del first
-    state: RetryCallState | None = None
-    try:
-        async for attempt in attempts:
-            state = attempt.retry_state
-            if replay is None:
-                yield attempt
-                continue
-            with attempt:
-                raise replay
-            replay = None  # the outcome is tenacity's now; no reference from this frame to its traceback
-    finally:
-        # private API: tenacity-loop-state, see docs/architecture.md
-        attempts.iter_state.reset()  # the loop's pending actions: its own bound methods
-        if state is not None:
-            state.outcome = None
-            state.retry_object = None  # type: ignore[assignment]
-
-
 class Attempts:
     def __init__(
         self,
-        router: Runtime,
+        parts: Parts,
         call: Call,
         policy: Policy,
         decision: Decision,
@@ -118,8 +72,8 @@ class Attempts:
         context_tokens: int = 0,
         seen: Seen | None = None,
     ) -> None:
-        self.router = router
-        self.record = Record(router.store, router.metrics, router.background, call, decision.route)
+        self.parts = parts
+        self.record = Record(parts.store, parts.metrics, parts.background, call, decision.route)
         self.lane = lane
         self.call = call
         self.policy = policy
@@ -158,7 +112,7 @@ class Attempts:
                 self.call = resampled(call, repeat.temperature)
                 chain = policy.escalation.chain
                 self.tier = repeat.tier or (chain[-1] if chain else decision.tier)
-            router.metrics.repeats.labels(self.route, self.repeat).inc()
+            parts.metrics.repeats.labels(self.route, self.repeat).inc()
 
     def refused(self) -> ChecksFailedRepeatedly:
         """The error of a repeat that is not run (`repeat == "refused"`)."""
@@ -170,21 +124,14 @@ class Attempts:
 
     # -- the loop ---------------------------------------------------------------------------
     def attempts(self) -> AsyncRetrying:
-        # `wait` is a function of the deadline, not a method of this trace: tenacity's loop object
-        # refers to itself, a cycle only the garbage collector frees, which would hold the call's
-        # trace and body (every dict of it) until the next collection instead of freeing them at once.
-        return AsyncRetrying(
-            retry=_retry,
-            stop=stop_after_attempt(self.policy.escalation.max_attempts),
-            wait=functools.partial(_wait, self.deadline),
-            reraise=True,
-        )
+        """Tenacity's loop for this call: the policy's attempts, within its deadline."""
+        return retries.loop(self.policy.escalation.max_attempts, self.deadline)
 
     def retries(self, first: Escalate) -> AsyncIterator[AttemptManager]:
         """The attempts after a first one, run outside tenacity, that raised `first`: tenacity's loop
         (`attempts()`) with `first` as its first attempt's outcome, so it stops, waits and retries
         exactly as if it had run that attempt too."""
-        return _after_first(self.attempts(), first)
+        return retries.after_first(self.attempts(), first)
 
     def next_attempt(self) -> tuple[str, dict[str, Any]]:
         """The tier and body of the next attempt: routed tier, repair on the same tier, or stronger."""
@@ -227,13 +174,13 @@ class Attempts:
 
     def _past_open(self, tier: str) -> str:
         """`tier`, or the first stronger tier its breaker lets the call go to; `TierOpen` if none."""
-        breakers = self.router.breakers
+        breakers = self.parts.breakers
         skipped: list[str] = []
         while not breakers.allow(tier, self._breaker(tier)):
             skipped.append(tier)
             stronger = self._stronger(tier)
             if stronger in skipped or stronger == tier:
-                self.router.metrics.refused.labels(TIER_OPEN).inc()
+                self.parts.metrics.refused.labels(TIER_OPEN).inc()
                 wait = breakers.retry_after(skipped)
                 raise TierOpen(
                     f"No tier can take this call now: {', '.join(skipped)} failed repeatedly and "
@@ -248,8 +195,8 @@ class Attempts:
     def answered(self, tier: str, prompt: Prompt | None = None) -> None:
         """`tier` sent a whole answer (right or wrong): its breaker's count of failures starts over;
         `prompt`, the server's count of the prompt it read (evaluated, reused), and its speed are recorded."""
-        self.router.breakers.succeeded(tier)
-        self.router.warming.live_ended(tier)
+        self.parts.breakers.succeeded(tier)
+        self.parts.warming.live_ended(tier)
         if (speed := self._speeds.get(tier)) is not None:
             self.record.speed(tier, speed)
         if prompt is not None:
@@ -259,8 +206,8 @@ class Attempts:
 
     def released(self, tier: str) -> None:
         """A call to `tier` ended neither way (cancelled: the client left, a hedge lost)."""
-        self.router.breakers.released(tier)
-        self.router.warming.live_ended(tier)
+        self.parts.breakers.released(tier)
+        self.parts.warming.live_ended(tier)
 
     def _may_retry(self) -> bool:
         return (
@@ -272,7 +219,7 @@ class Attempts:
         """Check an answer and record it. Raise Escalate when its mistakes warrant another attempt
         and one is left, ChecksFailed when none is; return the mistakes the answer is delivered with."""
         read = self.admitted[1] if self.admitted and self.admitted[0] is self.call.body.get("tools") else None
-        found = self.router.validator.check(message, self.call.body, finish_reason=finish_reason, tool_set=read)
+        found = self.parts.validator.check(message, self.call.body, finish_reason=finish_reason, tool_set=read)
         tools = [str((c.get("function") or {}).get("name", "")) for c in message.get("tool_calls") or ()]
         self.mistakes.extend(m.kind for m in found)
         self.record.attempt(tier, tools, found)
@@ -287,7 +234,7 @@ class Attempts:
         self.exhausted = True
         if self.policy.escalation.on_exhausted == "deliver":
             return found
-        self.router.metrics.exhausted.labels(tier, self.route).inc()
+        self.parts.metrics.exhausted.labels(tier, self.route).inc()
         raise self._checks_failed(tier)
 
     def _checks_failed(self, tier: str) -> ChecksFailed:
@@ -298,7 +245,7 @@ class Attempts:
         if self.streamed:  # text is not held: the client has it
             sent = "no tool call was delivered, only the text already streamed"
         repeat = self.policy.escalation.repeat
-        runs = self.router.repeats.exhausted(self.seen) if repeat is not None else 0
+        runs = self.parts.repeats.exhausted(self.seen) if repeat is not None else 0
         log.warning(
             "route %s: no attempt left after %s (tiers %s, run %d of this request); answering with an error",
             self.route, ",".join(self.mistakes), ",".join(self.tried), max(runs, 1),
@@ -320,12 +267,12 @@ class Attempts:
             return
         loop = asyncio.get_running_loop()
         started = loop.time()
-        runtime, chain = self.router, self.policy.escalation.chain
+        parts, chain = self.parts, self.policy.escalation.chain
         verdict = await verify(
-            runtime.upstreams, runtime.verdicts, spec, tier, body, choice, self.deadline, chain, self.call.session
+            parts.upstreams, parts.verdicts, spec, tier, body, choice, self.deadline, chain, self.call.session
         )
         outcome = "unsure" if verdict.unsure else "accept" if verdict.accept else "reject"
-        self.router.metrics.observe_verdict(spec.kind, self.route, outcome, verdict.cached, loop.time() - started)
+        self.parts.metrics.observe_verdict(spec.kind, self.route, outcome, verdict.cached, loop.time() - started)
         self.verdicts.append(f"{spec.kind}:{outcome}")
         if verdict.accept:
             return
@@ -363,8 +310,8 @@ class Attempts:
             self.released(tier)  # the request's fault, or the router's (a missing extra): not the tier's
         else:
             reason = f"HTTP {exc.upstream_status}" if isinstance(exc, UpstreamStatus) else exc.message
-            self.router.breakers.failed(tier, self._breaker(tier), reason)
-            self.router.warming.live_ended(tier)
+            self.parts.breakers.failed(tier, self._breaker(tier), reason)
+            self.parts.warming.live_ended(tier)
         if not client_fault and exc.mistake in self.policy.escalation.on and self._may_retry():
             # the same tier again (the chain's last) after a while if it failed; at once if not its fault
             escalate = Escalate([exc.mistake], backoff=exc.tier_fault and self._stronger(tier) == tier)
@@ -376,7 +323,7 @@ class Attempts:
         """`tier`'s context did not take the prompt (`failed`): on to a tier it fits, else the
         client's context error."""
         self.released(tier)  # its breaker: as if the call had not been made
-        windows = self.router.windows
+        windows = self.parts.windows
         windows.learned(tier, exc.window)
         known = windows.known()
         window = exc.window or known.get(tier)
@@ -386,14 +333,14 @@ class Attempts:
         beyond = self.policy.escalation.beyond(tier)
         fitting = next((t for t in beyond if t not in self._too_small and fits(need, known.get(t))), None)
         if fitting is not None and self._may_retry():
-            self.router.metrics.context_exceeded.labels(tier, "escalated").inc()
+            self.parts.metrics.context_exceeded.labels(tier, "escalated").inc()
             log.info("route %s: the prompt (%d tokens) does not fit tier %s (%s); on to %s",
                      self.route, need, tier, window or "its window", fitting)  # fmt: skip
             self._fitting = fitting
             escalate = Escalate([CONTEXT_EXCEEDED])
             escalate.__cause__ = exc
             return escalate
-        self.router.metrics.context_exceeded.labels(tier, "refused").inc()
+        self.parts.metrics.context_exceeded.labels(tier, "refused").inc()
         return exc.known(exc.prompt_tokens or self.context_tokens, window)
 
     def hedge_for(self, tier: str) -> tuple[str, float] | None:
@@ -402,14 +349,14 @@ class Attempts:
         if hedge is None or len(self.tried) != 1 or self.repeat is not None:
             return None
         other = hedge.tier or self._stronger(tier)
-        return (other, hedge.after) if other != tier and self.router.breakers.closed(other) else None
+        return (other, hedge.after) if other != tier and self.parts.breakers.closed(other) else None
 
     def sent(self, tier: str, native: bool) -> None:
         """An attempt on `tier` starts: with the client's request itself (`native`) or the chat body.
         A warm-up running there gives way (router/core/warming.py)."""
         self._native[tier] = native
         self._speeds.pop(tier, None)
-        self.router.warming.live_started(tier)
+        self.parts.warming.live_started(tier)
 
     def sped(self, tier: str, speed: Speed) -> None:
         """`tier`'s answer says the speed it is served at (router/upstream/speed.py)."""
@@ -439,10 +386,10 @@ class Attempts:
         answer to the route's shadow mode."""
         self.record.delivered(tier, message)
         # the session's next turn starts with this answer: the other tiers read it in the background
-        self.router.warming.offer(self.policy, self.call.session, self.call.body, tier, message)
+        self.parts.warming.offer(self.policy, self.call.session, self.call.body, tier, message)
         if self.seen.key is not None:  # its shape was remembered: if the request was, it is forgotten
-            self.router.repeats.answered(self.seen)
+            self.parts.repeats.answered(self.seen)
             if self.repeat == "resampled":
-                self.router.metrics.repeats.labels(self.route, "answered").inc()
+                self.parts.metrics.repeats.labels(self.route, "answered").inc()
         # shadow mode (router/core/shadow.py): maybe a comparison, in the background
-        self.router.shadow.offer(self.policy, self.route, self.call.body, tier, message)
+        self.parts.shadow.offer(self.policy, self.route, self.call.body, tier, message)

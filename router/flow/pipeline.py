@@ -7,6 +7,7 @@
     for each attempt:                       attempts.Attempts picks tier and body (routed, repair, stronger),
                                             past tiers whose breaker is open (router/core/breaker.py);
                                             the first runs plainly, the rest in tenacity's loop
+                                            (router/flow/retries.py)
         answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks;
                                             its end (answer, upstream error, neither) told to the breaker
         salvage(answer)                     a call written as text → a tool call (router/flow/salvage.py)
@@ -80,7 +81,7 @@ async def begin(router: Runtime, call: Call) -> Attempts:
         raise
     router.adaptive.note(decision)
     router.warming.offer(policy, call.session, call.body, decision.tier)  # the other tiers read it meanwhile
-    attempts = Attempts(router, call, policy, decision, lane, features.context_tokens, seen)
+    attempts = Attempts(router.parts, call, policy, decision, lane, features.context_tokens, seen)
     attempts.admitted = (tools, tool_set)
     if attempts.repeat == "refused":  # every run the policy gives this request failed: not run again
         router.lanes.leave(lane)
@@ -125,13 +126,13 @@ async def complete(router: Runtime, call: Call) -> tuple[Attempts, Reply]:
         retries = None
         try:  # the first attempt without tenacity's loop: most calls need no other
             with span.attempt(attempts):
-                reply = await _answer(router, attempts)
+                reply = await _answer(attempts)
         except Escalate as first:
             retries = attempts.retries(first)
         if retries is not None:
             async for attempt in retries:
                 with attempt, span.attempt(attempts):
-                    reply = await _answer(router, attempts)
+                    reply = await _answer(attempts)
         span.answer(reply.data)
     except RouterError as exc:
         exc.attempts = attempts  # the transport names the call's routing with its error
@@ -215,7 +216,7 @@ async def _joined(router: Runtime, attempts: Attempts) -> AsyncIterator[Chunk]:
         retries = None
         try:  # the first attempt without tenacity's loop, as in `complete`
             with span.attempt(attempts):
-                async for ready in await _attempt_chunks(router, attempts, join):
+                async for ready in await _attempt_chunks(attempts, join):
                     attempts.streamed = True
                     yield span.chunk(join(ready))
         except Escalate as first:
@@ -223,7 +224,7 @@ async def _joined(router: Runtime, attempts: Attempts) -> AsyncIterator[Chunk]:
         if retries is not None:
             async for attempt in retries:
                 with attempt, span.attempt(attempts):
-                    async for ready in await _attempt_chunks(router, attempts, join):
+                    async for ready in await _attempt_chunks(attempts, join):
                         attempts.streamed = True
                         yield span.chunk(join(ready))
     finally:
@@ -231,18 +232,18 @@ async def _joined(router: Runtime, attempts: Attempts) -> AsyncIterator[Chunk]:
         span.end(attempts)
 
 
-async def _answer(router: Runtime, attempts: Attempts) -> Reply:
+async def _answer(attempts: Attempts) -> Reply:
     """One attempt's answer: the next tier asked (hedged if the route says so), the answer judged."""
     tier, body = attempts.next_attempt()
-    replies = await _hedged(attempts, tier, partial(_reply, router, attempts, body))
+    replies = await _hedged(attempts, tier, partial(_reply, attempts, body))
     return await anext(replies)
 
 
-async def _attempt_chunks(router: Runtime, attempts: Attempts, join: Joiner) -> AsyncIterator[Chunk]:
+async def _attempt_chunks(attempts: Attempts, join: Joiner) -> AsyncIterator[Chunk]:
     """One attempt's chunks: the next tier asked (hedged if the route says so), through its gate."""
     tier, body = attempts.next_attempt()
     join.next_attempt()
-    return await _hedged(attempts, tier, partial(_chunks, router, attempts, body))
+    return await _hedged(attempts, tier, partial(_chunks, attempts, body))
 
 
 def _native(attempts: Attempts, upstream: Upstream, body: dict[str, Any]) -> tuple[NativeUpstream, Native] | None:
@@ -253,9 +254,9 @@ def _native(attempts: Attempts, upstream: Upstream, body: dict[str, Any]) -> tup
     return upstream, native
 
 
-async def _reply(router: Runtime, attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIterator[Reply]:
+async def _reply(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIterator[Reply]:
     """One whole answer from `tier`, judged."""
-    upstream = router.upstreams[tier]
+    upstream = attempts.parts.upstreams[tier]
     pass_through = _native(attempts, upstream, body)
     attempts.sent(tier, pass_through is not None)
     try:
@@ -282,14 +283,14 @@ async def _reply(router: Runtime, attempts: Attempts, body: dict[str, Any], tier
     yield reply
 
 
-async def _chunks(router: Runtime, attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIterator[Chunk]:
+async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIterator[Chunk]:
     """`tier`'s stream through a gate: content as it comes, the rest once judged.
 
     What the gate lets through of events that arrived in one read goes out in one write
     (`Chunk.more`), and the held part with the stream's end: a tier that sends its answer at once
     costs the client one write instead of one per event."""
     gate = Gate(tools_offered=bool(attempts.call.features.tool_names))
-    upstream = router.upstreams[tier]
+    upstream = attempts.parts.upstreams[tier]
     pass_through = _native(attempts, upstream, body)
     attempts.sent(tier, pass_through is not None)
     if pass_through:

@@ -132,7 +132,7 @@ def _salvage(attempts: Attempts, tier: str, message: Mapping[str, Any]) -> dict[
     if not _enabled(attempts):
         return None
     names = attempts.call.features.tool_names
-    fixed = salvaged_message(message, attempts.call.body, names, attempts.router.validator)
+    fixed = salvaged_message(message, attempts.call.body, names, attempts.parts.validator)
     if fixed is None:
         return None
     attempts.salvaged = True

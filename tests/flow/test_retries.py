@@ -1,7 +1,7 @@
-"""A call's first attempt runs outside tenacity's loop, the others in it (`Attempts.retries`): checked
-side by side with the loop running every attempt (as the pipeline did before), on scripted tiers
-(tests/scripted.py): the same tiers tried, the same mistakes, the same backoffs asked for (attempt
-number and cause), the same answer or error."""
+"""A call's first attempt runs outside tenacity's loop, the others in it (`Attempts.retries`,
+router/flow/retries.py): checked side by side with the loop running every attempt (as the pipeline
+did before), on scripted tiers (tests/scripted.py): the same tiers tried, the same mistakes, the
+same backoffs asked for (attempt number and cause), the same answer or error."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from tenacity import RetryCallState
 
 from router.core.call import Call
 from router.errors import UpstreamError
-from router.flow import attempts as attempts_module
-from router.flow import pipeline
+from router.flow import pipeline, retries
 from router.runtime import Runtime
 from router.upstream.base import Reply
 from tests.conftest import policy_text
@@ -36,7 +35,7 @@ async def tenacity_only(router: Runtime, call: Call) -> tuple[Any, Reply]:
     try:
         async for attempt in attempts.attempts():
             with attempt:
-                reply = await pipeline._answer(router, attempts)
+                reply = await pipeline._answer(attempts)
     finally:
         router.lanes.leave(attempts.lane)
     return attempts, reply
@@ -65,7 +64,7 @@ async def run(
         waits.append((state.attempt_number, str(cause)))
         return 0.0
 
-    monkeypatch.setattr(attempts_module, "_backoff", backoff)
+    monkeypatch.setattr(retries, "_backoff", backoff)
     policy = policy_text(UNUSED, extra=f"escalation: {escalate}\n", routes=routes)
     fast, full = Scripted("fast", fast_script), Scripted("full", full_script)
     seen: dict[str, Any] = {}
