@@ -139,9 +139,9 @@ def test_markdown_links_resolve() -> None:
 def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     """A stale path, a missing test and a broken anchor are found (the checks are not vacuous)."""
     doc = tmp_path / "x.md"
-    doc.write_text("see router/responses/native.py, core/nowhere.py, state.py and tests/test_docs.py::nothing\n")
+    doc.write_text("see router/responses/native.py, core/nowhere.py, nowhere.py and tests/test_docs.py::nothing\n")
     words = [(w, t) for _, w, t in named_paths(doc)]
-    assert words == [("router/responses/native.py", ""), ("core/nowhere.py", ""), ("state.py", ""),
+    assert words == [("router/responses/native.py", ""), ("core/nowhere.py", ""), ("nowhere.py", ""),
                      ("tests/test_docs.py", "nothing")]  # fmt: skip
     assert not any(resolves(w, ROOT / "router" / "responses" / "__init__.py") for w, _ in words[:3])
     assert resolves("tests/test_docs.py", doc) and not defines(ROOT / "tests/test_docs.py", "nothing")

@@ -47,7 +47,8 @@ from router.core.compare import Comparison, compare, message_of
 from router.core.shadow import scrub
 from router.errors import UpstreamError
 from router.policy.loader import PolicyError, load_policy
-from router.policy.model import Policy, Shadow
+from router.policy.model import Policy
+from router.policy.route import Shadow
 from router.settings import Settings
 from router.store import Event, Store, open_store
 from router.store.base import SHADOW_PREFIX, Sample

@@ -45,7 +45,8 @@ import orjson
 
 from router.core.compare import Comparison, compare, message_of
 from router.errors import UpstreamError, redact
-from router.policy.model import Policy, Shadow
+from router.policy.model import Policy
+from router.policy.route import Shadow
 from router.store.base import SHADOW_PREFIX, Event, Sample
 
 if TYPE_CHECKING:

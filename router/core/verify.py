@@ -53,7 +53,7 @@ from router.core.compare import (
     tool_lines,
 )
 from router.errors import UpstreamError
-from router.policy.model import Verify
+from router.policy.route import Verify
 from router.sessions import Session
 from router.upstream.base import scores
 from router.upstream.scoring import measure

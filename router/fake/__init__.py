@@ -4,6 +4,8 @@ SSE, endless answers. Part of the product (`agent-router fake-upstream`), used b
 the benches.
 
     server.py     the aiohttp app, `start_fake` / `run_fake`
+    calls.py      the model calls over HTTP (chat, Messages, Responses): answers, draws, faults sent
+    state.py      FakeState: what an app holds (config, generator, request log, counts)
     config.py     FakeConfig: every fault's rate or delay
     faults.py     which fault a request gets (per header or drawn), and how it is sent
     tools.py      tool-call answers, broken in each mistake kind (`BAD_KINDS`)

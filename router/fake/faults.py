@@ -1,5 +1,5 @@
 """The fake upstream's fault plan for one request: what the ``x-fake-fault`` header forces, plus the
-config's seeded rates (``router.fake`` documents both)."""
+config's seeded rates (router/fake/calls.py documents both)."""
 
 from __future__ import annotations
 

@@ -75,8 +75,8 @@ def _invalid(message: str, code: str | None = None, param: str | None = None) ->
 
 
 def endpoint(state: web.AppKey[Any], greedy: Greedy, finished: Finished) -> Callable[..., Any]:
-    """GET /v1/responses: the WebSocket mode of the app whose state is `state` (router/fake/server.py's),
-    its draws made as POST's are (`greedy`, `finished`)."""
+    """GET /v1/responses: the WebSocket mode of the app whose state is `state` (router/fake/state.py's
+    `STATE`), its draws made as POST's are (`greedy`, `finished`: router/fake/calls.py)."""
     opened = 0  # connections so far
 
     async def serve(request: web.Request) -> web.StreamResponse:

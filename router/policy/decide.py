@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from router.errors import NotFound
-from router.policy.model import Policy, Route, When
+from router.policy.model import Policy
+from router.policy.route import Route, When
 
 TIER_HEADER = "x-router-tier"
 CHARS_PER_TOKEN = 4  # a cheap, tokenizer-free estimate; good enough for routing thresholds

@@ -4,8 +4,9 @@ A tier keeps each session's prompt prefix where its policy says (`sessions`, rou
 on one replica of an `api_base` list, and on llama.cpp's llama-server in one slot (`id_slot` +
 `cache_prompt`); `prefill` reads a session's prompt into its slot ahead of a call (router/core/warming.py).
 The server's own count of each prompt — tokens evaluated and reused — comes with the answer (`Prompt`).
-A tier's `service_tier` is sent with every request, and the answer's `service_tier` comes with it
-(`Speed`, router/upstream/speed.py); `speed`, Anthropic's, is never sent: no OpenAI API takes it.
+What a request becomes on the tier — its defaults, params and model, its output cap, its
+`service_tier` (Anthropic's `speed` never: no OpenAI API takes it) — is `TierBody`'s (openai_body.py);
+the answer's `service_tier` comes with the answer (`Speed`, router/upstream/speed.py).
 
 A tier with `apis: [responses]` also takes Responses calls as they are (`complete_native` /
 `stream_native`, POST {api_base}/responses); router/upstream/responses_view.py has what that needs.
@@ -34,11 +35,12 @@ from router.errors import UpstreamError, UpstreamStatus, upstream_text
 from router.policy.model import Tier
 from router.sessions import Session
 from router.sessions.affinity import Affinity, Lease
-from router.sessions.provenance import mark_items, model_tag, responses_input
+from router.sessions.provenance import mark_items, model_tag
 from router.upstream import llama_cpp, scoring
 from router.upstream.base import Chunk, Limits, Native, Prompt, Reply, token_count
 from router.upstream.context import props_window, served_window
 from router.upstream.http import PooledHTTP
+from router.upstream.openai_body import TierBody
 from router.upstream.responses_tools import ToolMap
 from router.upstream.responses_view import ResponsesEvents, completion_of
 from router.upstream.responses_ws import SocketTurns
@@ -65,47 +67,16 @@ class OpenAICompatUpstream(PooledHTTP):
         self.llama_cpp = False  # the server is llama.cpp's llama-server (router/upstream/llama_cpp.py)
         self.dialects: frozenset[str] = frozenset(config.apis)  # client APIs passed through (`complete_native`)
         self.tag = model_tag(config.model)  # the provenance of this model's encrypted reasoning
+        self.bodies = TierBody(config, self.tag)  # what a request becomes on this tier (openai_body.py)
         self._headers["accept"] = "application/json, text/event-stream"
         self._tokenizes = True  # until the server shows it has no /apply-template and /tokenize
         if self._key:
             self._headers["authorization"] = f"Bearer {self._key}"
         auth = {"authorization": self._headers["authorization"]} if self._key else {}
         self.sockets = (  # Responses calls over one WebSocket per session (responses_ws.py)
-            SocketTurns(tier, config, self.limits, auth, self._secrets, self._native_request)
+            SocketTurns(tier, config, self.limits, auth, self._secrets, self.bodies.responses)
             if config.websocket else None
         )  # fmt: skip
-
-    def _payload(self, body: dict[str, Any], stream: bool, slot: int | None = None) -> bytes:
-        out = self._fields({**self.config.defaults, **body, **self.config.params, "model": self.config.upstream_model})
-        if slot is not None:  # llama.cpp's llama-server: this slot, whose kept prompt is the session's
-            out["id_slot"], out["cache_prompt"] = slot, True
-        if "tool_choice" not in body and not body.get("tools"):
-            out.pop("tool_choice", None)  # a default tool_choice means nothing, and is an error, without tools
-        if self.config.max_output_tokens is not None:
-            _cap(out, self.config.max_output_tokens, "max_tokens", "max_completion_tokens")
-        if stream:
-            out["stream"] = True
-        else:
-            out.pop("stream", None)
-            out.pop("stream_options", None)
-        messages = out.get("messages")
-        if isinstance(messages, list) and any(_null_beside_calls(m) for m in messages):
-            out["messages"] = messages = [{**m, "content": ""} if _null_beside_calls(m) else m for m in messages]
-        system = self.config.tools_system
-        if system is not None and out.get("tools") and isinstance(messages, list) and _no_system(messages):
-            out["messages"] = [{"role": "system", "content": system}, *messages]
-        return orjson.dumps(out)
-
-    def _fields(self, out: dict[str, Any]) -> dict[str, Any]:
-        """`out` with the tier's `service_tier`, and without Anthropic's `speed`."""
-        out.pop("speed", None)
-        if self.config.service_tier is not None:
-            out["service_tier"] = self.config.service_tier
-        return out
-
-    def chat_payload(self, body: dict[str, Any]) -> bytes:
-        """The JSON body a non-streamed chat request sends to this tier (defaults, params, `tools_system`)."""
-        return self._payload(body, False)
 
     async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply:
         legacy = "functions" in body  # a client of the legacy API reads `function_call`; others never
@@ -114,7 +85,7 @@ class OpenAICompatUpstream(PooledHTTP):
             if self.llama_cpp and (name := llama_cpp.named_choice(body)) is not None:
                 completion = await self._forced_call(body, name, lease, deadline)
                 return Reply(completion, prompt=prompt_of(completion))
-            payload = self._payload(body, False, lease.slot)
+            payload = self.bodies.chat(body, False, lease.slot)
             return await self.post_json(
                 self.urls[lease.replica], payload, deadline, lambda raw, data: self._reply(raw, data, legacy)
             )
@@ -127,7 +98,7 @@ class OpenAICompatUpstream(PooledHTTP):
         heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
         url = self.urls[self.affinity.place(session).replica]  # no slot: nothing is held, no wrapper per chunk
         return self.post_events(
-            url, self._payload(body, True), deadline, lambda r: _without_repeated_heads(self._chunk(r), heads)
+            url, self.bodies.chat(body, True), deadline, lambda r: _without_repeated_heads(self._chunk(r), heads)
         )
 
     async def _held_stream(
@@ -142,7 +113,7 @@ class OpenAICompatUpstream(PooledHTTP):
                 for data in llama_cpp.completion_chunks(completion):
                     yield Chunk(data, prompt=prompt_of(data) if "timings" in data else None)
                 return
-            payload = self._payload(body, True, lease.slot)
+            payload = self.bodies.chat(body, True, lease.slot)
             url = self.urls[lease.replica]
             events = self.post_events(url, payload, deadline, lambda r: _without_repeated_heads(self._chunk(r), heads))
             try:
@@ -159,7 +130,7 @@ class OpenAICompatUpstream(PooledHTTP):
         lease = self.affinity.place(session)
         try:
             warm = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "n", "logprobs")}
-            payload = self._payload({**warm, "max_tokens": 1}, False, lease.slot)
+            payload = self.bodies.chat({**warm, "max_tokens": 1}, False, lease.slot)
             await self.post_json(self.urls[lease.replica], payload, deadline, lambda raw, data: Reply(data))
         finally:
             lease.release()
@@ -179,7 +150,7 @@ class OpenAICompatUpstream(PooledHTTP):
                 echoed = await self.post_json(url, payload, deadline, lambda raw, data: Reply(data))
                 return scoring.call_logprobs(echoed.data, text, start, end)
             root = self.roots[lease.replica]
-            rendered = await self.post_json(root + "/apply-template", self._payload(body, False), deadline,
+            rendered = await self.post_json(root + "/apply-template", self.bodies.chat(body, False), deadline,
                                             lambda raw, data: Reply(data))  # fmt: skip
             prompt = rendered.data.get("prompt")
             if not isinstance(prompt, str):
@@ -196,7 +167,7 @@ class OpenAICompatUpstream(PooledHTTP):
         """A call of `name`, generated under its schema by llama-server (router/upstream/llama_cpp.py)."""
         root = self.roots[lease.replica]
         rendered = await self.post_json(
-            root + "/apply-template", self._payload({**body, "tool_choice": "auto"}, False), deadline,
+            root + "/apply-template", self.bodies.chat({**body, "tool_choice": "auto"}, False), deadline,
             lambda raw, data: Reply(data),
         )  # fmt: skip
         prompt = rendered.data.get("prompt")
@@ -220,19 +191,8 @@ class OpenAICompatUpstream(PooledHTTP):
             return Reply(data, prompt=prompt, speed=speed)  # re-encoded without it
         return Reply(data, raw, prompt=prompt, speed=speed)
 
-    def _native_request(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A Responses body as this tier gets it: its defaults and params, its model, only the fields its
-        API takes (`_fields`), only its model's encrypted reasoning, its output cap."""
-        merged = {**self.config.defaults, **request, **self.config.params, "model": self.config.upstream_model}
-        body = responses_input(self._fields(merged), self.tag)  # only this model's encrypted reasoning (a copy)
-        if "tool_choice" not in request and not request.get("tools"):
-            body.pop("tool_choice", None)
-        if self.config.max_output_tokens is not None:
-            _cap(body, self.config.max_output_tokens, "max_output_tokens")
-        return body
-
     def _native_payload(self, native: Native, stream: bool) -> bytes:
-        return orjson.dumps({**self._native_request(native.body), "stream": stream})
+        return orjson.dumps({**self.bodies.responses(native.body), "stream": stream})
 
     async def complete_native(self, native: Native, deadline: float, session: Session | None = None) -> Reply:
         """A Responses request, passed through (router/upstream/responses_view.py)."""
@@ -305,14 +265,15 @@ class OpenAICompatUpstream(PooledHTTP):
         return window or props_window(await self.get_json(self.server_root + "/props", deadline))
 
     async def count_tokens(self, body: dict[str, Any], deadline: float, native: Native | None = None) -> int | None:
-        """llama-server's count: the request as this tier would send it (`chat_payload`) through its
+        """llama-server's count: the request as this tier would send it (`TierBody.chat`) through its
         chat template (POST /apply-template), then its tokenizer (POST /tokenize, the special tokens
         as a completion adds and parses them). A server without those endpoints is not asked again."""
         if not self._tokenizes:
             return None
         root = self.server_root
         try:
-            rendered = await self.post_json(root + "/apply-template", self.chat_payload(body), deadline, _as_reply)
+            payload = self.bodies.chat(body, False)
+            rendered = await self.post_json(root + "/apply-template", payload, deadline, _as_reply)
             prompt = rendered.data.get("prompt")
             if not isinstance(prompt, str):
                 return None
@@ -340,18 +301,6 @@ def prompt_of(data: dict[str, Any]) -> Prompt | None:
     cached = token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
     return Prompt(max(0, token_count(usage.get("prompt_tokens")) - cached), cached)
 
-def _cap(body: dict[str, Any], cap: int, key: str, *others: str) -> None:
-    """The tier's `max_output_tokens`: every limit the request sets (`key`, `others`) at most `cap`;
-    none set, `key` set to it."""
-    present = [k for k in (key, *others) if k in body]
-    for name in present:
-        asked = body[name]
-        if not isinstance(asked, int) or isinstance(asked, bool) or asked > cap:
-            body[name] = cap
-    if not present:
-        body[key] = cap
-
-
 def _as_reply(raw: bytes, data: dict[str, Any]) -> Reply:
     return Reply(data, raw)
 
@@ -375,18 +324,6 @@ def _drop_legacy_call(data: dict[str, Any]) -> bool:
             del message["function_call"]
             removed = True
     return removed
-
-
-def _no_system(messages: list[Any]) -> bool:
-    """A message list without a system message (what the tier option `tools_system` fills in)."""
-    return not any(isinstance(m, dict) and m.get("role") == "system" for m in messages)
-
-
-def _null_beside_calls(message: Any) -> bool:
-    """An assistant message with tool calls and `content: null`, as the OpenAI SDK sends back its
-    answers: OpenAI and vLLM take it, llama-cpp-python's server refuses it (HTTP 500), and "" means
-    the same to all of them."""
-    return isinstance(message, dict) and message.get("content", "") is None and bool(message.get("tool_calls"))
 
 
 def _malformed(data: dict[str, Any], part: str) -> str | None:

@@ -15,7 +15,7 @@ from router.core.compare import Comparison, read_comparison, same_answer
 from router.core.shadow import scrub
 from router.fake import FakeServer
 from router.policy.loader import PolicyError, parse_policy
-from router.policy.model import Shadow
+from router.policy.route import Shadow
 from tests.conftest import Proxy, policy_text
 from tests.reference import Reference, reference_tier
 

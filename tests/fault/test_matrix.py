@@ -65,7 +65,7 @@ import websockets
 from aiohttp import web
 
 from router.fake import FakeConfig, create_fake_app
-from router.fake.server import STATE
+from router.fake.state import STATE
 from tests.api.helpers import ERROR_KEYS, Raw, assert_error_body, post, sse, trailer
 from tests.conftest import Proxy
 

@@ -7,15 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from router.policy.model import (
-    MISTAKE_KINDS,
-    Escalation,
-    Policy,
-    Tier,
-    ToolsCondition,
-    When,
-    reference_problems,
-)
+from router.policy.model import MISTAKE_KINDS, Escalation, Policy, Tier, reference_problems
+from router.policy.route import ToolsCondition, When
 
 
 def minimal(**extra: Any) -> dict[str, Any]:
