@@ -102,7 +102,7 @@ from router.fake.wire import (
     prompt_tokens,
 )
 
-_JSON = {"Content-Type": "application/json"}
+JSON_HEADERS = {"Content-Type": "application/json"}
 _SSE = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -117,7 +117,7 @@ def endpoint(api: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def error_response(status: int, message: str, anthropic: bool) -> web.Response:
     """An error in the API's shape (Anthropic's or OpenAI's); a 429 says when to retry."""
-    headers = {**_JSON, "retry-after-ms": "10"} if status == 429 else _JSON
+    headers = {**JSON_HEADERS, "retry-after-ms": "10"} if status == 429 else JSON_HEADERS
     return web.Response(status=status, body=error_body(status, message, anthropic), headers=headers)
 
 
@@ -136,8 +136,8 @@ async def _send_json(request: web.Request, plan: Plan, body: bytes, headers: dic
     if plan.malformed:
         body = body[: len(body) // 2]
     if not plan.reset_mid:
-        return web.Response(body=body, headers={**_JSON, **headers})
-    resp = web.StreamResponse(headers={**_JSON, **headers})
+        return web.Response(body=body, headers={**JSON_HEADERS, **headers})
+    resp = web.StreamResponse(headers={**JSON_HEADERS, **headers})
     resp.content_length = len(body)
     await resp.prepare(request)
     await resp.write(body[: len(body) // 2])
@@ -193,12 +193,12 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     refused = {"messages": messages_refusal, "responses": responses_refusal}.get(api)
     if refused is not None and (foreign := refused(body, st.config.signing_key)) is not None:
         st.refused[foreign[0]] += 1  # another model's reasoning state, as the provider refuses it
-        return web.Response(status=400, body=foreign[1], headers=_JSON)
+        return web.Response(status=400, body=foreign[1], headers=JSON_HEADERS)
     if tools and finished(body, chosen, st.config.finish_after):
         tools = []
     size = prompt_size(body) if st.config.n_ctx else 0
     if size and (refusal := too_long(size, st.config.n_ctx, anthropic)) is not None:
-        return web.Response(status=400, body=refusal, headers=_JSON)
+        return web.Response(status=400, body=refusal, headers=JSON_HEADERS)
     speed = messages_speed(body, request.headers, st.config, st.fast) if anthropic else served_tier(body)
     if isinstance(speed, Refusal):
         return web.Response(status=speed.status, body=speed.body, headers=speed.headers)

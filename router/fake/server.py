@@ -49,7 +49,6 @@ from router.fake.state import STATE, FakeState
 
 __all__ = ["FakeConfig", "FakeServer", "create_fake_app", "run_fake", "start_fake"]
 
-_JSON = {"Content-Type": "application/json"}
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -58,7 +57,7 @@ async def _models(request: web.Request) -> web.Response:
     entry: dict[str, Any] = {"id": st.config.model, "object": "model", "created": 0, "owned_by": "agent-router-fake"}
     if st.config.n_ctx:  # as llama-server: a slot's context, and the model's (here the same)
         entry["meta"] = {"n_ctx": st.config.n_ctx, "n_ctx_train": st.config.n_ctx}
-    return web.Response(body=orjson.dumps({"object": "list", "data": [entry]}), headers=_JSON)
+    return web.Response(body=orjson.dumps({"object": "list", "data": [entry]}), headers=calls.JSON_HEADERS)
 
 
 async def _model(request: web.Request) -> web.Response:
@@ -69,7 +68,7 @@ async def _model(request: web.Request) -> web.Response:
                             "created_at": "1970-01-01T00:00:00Z", "lifecycle": "active"}  # fmt: skip
     if st.config.n_ctx:
         info["max_input_tokens"] = st.config.n_ctx
-    return web.Response(body=orjson.dumps(info), headers=_JSON)
+    return web.Response(body=orjson.dumps(info), headers=calls.JSON_HEADERS)
 
 
 async def _count_tokens(request: web.Request) -> web.Response:
@@ -80,7 +79,7 @@ async def _count_tokens(request: web.Request) -> web.Response:
         return error_response(401, "fake upstream: invalid API key", True)
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or "max_tokens" in body:
         return error_response(400, "fake upstream: count_tokens takes a 'messages' list (and no max_tokens)", True)
-    return web.Response(body=orjson.dumps({"input_tokens": prompt_size(body)}), headers=_JSON)
+    return web.Response(body=orjson.dumps({"input_tokens": prompt_size(body)}), headers=calls.JSON_HEADERS)
 
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
@@ -101,7 +100,7 @@ async def _props(request: web.Request) -> web.Response:
     st = request.app[STATE]
     props = {"default_generation_settings": {"n_ctx": st.config.n_ctx, "params": {}}, "total_slots": 1,
              "model_alias": st.config.model}  # fmt: skip
-    return web.Response(body=orjson.dumps(props), headers=_JSON)
+    return web.Response(body=orjson.dumps(props), headers=calls.JSON_HEADERS)
 
 
 async def _apply_template(request: web.Request) -> web.Response:
@@ -111,7 +110,7 @@ async def _apply_template(request: web.Request) -> web.Response:
         body = None
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         return error_response(400, "fake upstream: body must be a JSON object with a 'messages' list", False)
-    return web.Response(body=orjson.dumps({"prompt": render(body)}), headers=_JSON)
+    return web.Response(body=orjson.dumps({"prompt": render(body)}), headers=calls.JSON_HEADERS)
 
 
 async def _tokenize(request: web.Request) -> web.Response:
@@ -123,20 +122,20 @@ async def _tokenize(request: web.Request) -> web.Response:
     if not isinstance(content, str):
         return error_response(400, "fake upstream: 'content' must be a string", False)
     tokens = tokenize(content, add_special=body.get("add_special") is True)
-    return web.Response(body=orjson.dumps({"tokens": tokens}), headers=_JSON)
+    return web.Response(body=orjson.dumps({"tokens": tokens}), headers=calls.JSON_HEADERS)
 
 
 async def _health(request: web.Request) -> web.Response:
-    return web.Response(body=b'{"status":"ok"}', headers=_JSON)
+    return web.Response(body=b'{"status":"ok"}', headers=calls.JSON_HEADERS)
 
 
 async def _get_requests(request: web.Request) -> web.Response:
-    return web.Response(body=orjson.dumps(list(request.app[STATE].log)), headers=_JSON)
+    return web.Response(body=orjson.dumps(list(request.app[STATE].log)), headers=calls.JSON_HEADERS)
 
 
 async def _clear_requests(request: web.Request) -> web.Response:
     request.app[STATE].log.clear()
-    return web.Response(body=b'{"cleared":true}', headers=_JSON)
+    return web.Response(body=b'{"cleared":true}', headers=calls.JSON_HEADERS)
 
 
 async def _stats(request: web.Request) -> web.Response:
@@ -145,7 +144,7 @@ async def _stats(request: web.Request) -> web.Response:
     server = st.server or getattr(request.protocol, "_manager", None)
     connections = len(server.connections) if server is not None else 1
     body = {"requests": st.requests, "streams": st.streams, "open_connections": connections, "refused": st.refused}
-    return web.Response(body=orjson.dumps(body), headers=_JSON)
+    return web.Response(body=orjson.dumps(body), headers=calls.JSON_HEADERS)
 
 
 def create_fake_app(config: FakeConfig) -> web.Application:
@@ -154,7 +153,7 @@ def create_fake_app(config: FakeConfig) -> web.Application:
     app.router.add_post("/v1/chat/completions", calls.endpoint("chat"))
     app.router.add_post("/v1/messages", calls.endpoint("messages"))
     app.router.add_post("/v1/responses", calls.endpoint("responses"))
-    app.router.add_get("/v1/responses", websocket.endpoint(STATE, calls.greedy, calls.finished))
+    app.router.add_get("/v1/responses", websocket.endpoint())
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/v1/models/{id}", _model)
     app.router.add_post("/v1/messages/count_tokens", _count_tokens)

@@ -36,11 +36,13 @@ from typing import Any
 import orjson
 from aiohttp import WSMsgType, web
 
+from router.fake.calls import finished, greedy
 from router.fake.config import FakeConfig
 from router.fake.context import prompt_size, too_long
 from router.fake.faults import plan_of
 from router.fake.reasoning import reasoning_items, responses_refusal
 from router.fake.responses import offered_tools, response_events, response_object, responses_tools
+from router.fake.state import STATE, FakeState
 from router.fake.tools import Answer, make_text, tool_answer
 from router.fake.wire import prompt_tokens
 
@@ -74,14 +76,14 @@ def _invalid(message: str, code: str | None = None, param: str | None = None) ->
     return _Refused(400, {"type": "invalid_request_error", "code": code, "message": message, "param": param})
 
 
-def endpoint(state: web.AppKey[Any], greedy: Greedy, finished: Finished) -> Callable[..., Any]:
-    """GET /v1/responses: the WebSocket mode of the app whose state is `state` (router/fake/state.py's
-    `STATE`), its draws made as POST's are (`greedy`, `finished`: router/fake/calls.py)."""
+def endpoint() -> Callable[..., Any]:
+    """GET /v1/responses: the WebSocket mode of the app (its `STATE`), its draws made as POST's are
+    (`greedy`, `finished`: router/fake/calls.py)."""
     opened = 0  # connections so far
 
     async def serve(request: web.Request) -> web.StreamResponse:
         nonlocal opened
-        st = request.app[state]
+        st = request.app[STATE]
         cfg: FakeConfig = st.config
         headers = {k.lower(): v for k, v in request.headers.items()}
         st.requests += 1  # the upgrade, answered or refused
@@ -94,7 +96,7 @@ def endpoint(state: web.AppKey[Any], greedy: Greedy, finished: Finished) -> Call
                                        content_type="application/json")  # fmt: skip
         await ws.prepare(request)
         opened += 1
-        conn = _Connection(st, ws, opened, headers, greedy, finished)
+        conn = _Connection(st, ws, opened, headers)
         conn.transport = request.transport
         await conn.run()
         return ws
@@ -103,17 +105,12 @@ def endpoint(state: web.AppKey[Any], greedy: Greedy, finished: Finished) -> Call
 
 
 class _Connection:
-    def __init__(
-        self, st: Any, ws: web.WebSocketResponse, number: int, headers: dict[str, str], greedy: Greedy,
-        finished: Finished,
-    ) -> None:  # fmt: skip
+    def __init__(self, st: FakeState, ws: web.WebSocketResponse, number: int, headers: dict[str, str]) -> None:
         self.st = st
         self.cfg: FakeConfig = st.config
         self.ws = ws
         self.number = number
         self.headers = headers
-        self.greedy = greedy
-        self.finished = finished
         self.started = time.monotonic()
         self.last: _Last | None = None
         self.transport: asyncio.Transport | None = None
@@ -184,12 +181,12 @@ class _Connection:
         tools, chosen = responses_tools(body)
         if chosen is not None and all(name != chosen for name, _ in tools):
             raise _invalid(f"fake upstream: tool_choice names {chosen!r}, which is not in tools")
-        if tools and self.finished(body, chosen, self.cfg.finish_after):
+        if tools and finished(body, chosen, self.cfg.finish_after):
             tools = []
         size = prompt_size(body) if self.cfg.n_ctx else 0
         if size and (refusal := too_long(size, self.cfg.n_ctx, False)) is not None:
             raise _Refused(400, orjson.loads(refusal)["error"])
-        rng = self.greedy(self.st, body) or self.st.rng
+        rng = greedy(self.st, body) or self.st.rng
         plan = plan_of(None, rng, self.cfg)
         assert not isinstance(plan, str)
         rid = rng.getrandbits(96)
