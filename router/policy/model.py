@@ -65,7 +65,10 @@ class Sessions(Strict):
 
 
 class Tier(Strict):
-    model: str = Field(description='"openai/<id>" for OpenAI-compatible servers, else a litellm provider string')
+    model: str = Field(
+        description='"openai/<id>" for OpenAI-compatible servers, "anthropic/<id>" for Anthropic, else a litellm '
+        "provider string"
+    )
     api_base: str | list[str] | None = Field(
         default=None, description="the server's URL; a list: replicas, each session kept on one of them"
     )

@@ -16,26 +16,38 @@ from router.constants import RETIRE_GRACE
 from router.policy.model import Policy, Tier
 from router.upstream.base import Chunk, Limits, Reply, Upstream
 
-__all__ = ["Build", "Chunk", "Limits", "Reply", "Upstream", "Upstreams", "build_upstream", "serving"]
+__all__ = ["CLIENTS", "Build", "Chunk", "Limits", "Reply", "Upstream", "Upstreams", "build_upstream", "serving"]
 
 log = logging.getLogger("router.upstream")
 
 
-def build_upstream(name: str, tier: Tier, limits: Limits | None = None) -> Upstream:
-    if tier.provider == "openai":
-        from router.upstream.openai_compat import OpenAICompatUpstream
+def _openai(name: str, tier: Tier, limits: Limits | None) -> Upstream:
+    from router.upstream.openai_compat import OpenAICompatUpstream
 
-        return OpenAICompatUpstream(name, tier, limits)
-    if tier.provider == "anthropic":
-        from router.upstream.anthropic import AnthropicUpstream
+    return OpenAICompatUpstream(name, tier, limits)
 
-        return AnthropicUpstream(name, tier, limits)
+
+def _anthropic(name: str, tier: Tier, limits: Limits | None) -> Upstream:
+    from router.upstream.anthropic import AnthropicUpstream
+
+    return AnthropicUpstream(name, tier, limits)
+
+
+def _litellm(name: str, tier: Tier, limits: Limits | None) -> Upstream:
     from router.upstream.litellm_adapter import LitellmUpstream
 
     return LitellmUpstream(name, tier)
 
 
 Build = Callable[[str, Tier, Limits | None], Upstream]
+
+# a tier's provider (`model: <provider>/<id>`; no provider: openai) → its client of the router's own,
+# imported on first use; any other provider is litellm's (`_litellm`)
+CLIENTS: Mapping[str, Build] = {"openai": _openai, "anthropic": _anthropic}
+
+
+def build_upstream(name: str, tier: Tier, limits: Limits | None = None) -> Upstream:
+    return CLIENTS.get(tier.provider, _litellm)(name, tier, limits)
 
 
 def serving(objects: Mapping[str, Upstream]) -> Build:

@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import uvicorn
-from starlette.applications import Starlette
 
 from router.app import create_app
 from router.connections import server_options
@@ -63,7 +62,6 @@ class Stack:
         self.fast_url = ""
         self.full_url = ""
         self.router: Runtime | None = None
-        self.app: Starlette | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -134,7 +132,7 @@ class Stack:
         text = self.policy(fast.url, full.url) if self.policy else policy_text(fast.url, full.url, extra=self.extra)
         path.write_text(text)
         app = create_app(Settings(policy=path, **self.settings))
-        self.app, self.router = app, app.state.router
+        self.router = app.state.router
         sock = free_socket()
         options = {**server_options(self.router.settings), "timeout_graceful_shutdown": 1}
         config = uvicorn.Config(app, log_level="warning", lifespan="on", **options)
