@@ -185,12 +185,13 @@ def dialects_made() -> set[str]:
 
 
 def fake_apis() -> set[str]:
-    """The APIs the fake upstream answers (router/fake/server.py's `_api(<name>)` routes)."""
+    """The APIs the fake upstream answers (router/fake/server.py's `calls.endpoint(<name>)` routes)."""
     tree = ast.parse((ROOT / "router" / "fake" / "server.py").read_text())
     return {
         node.args[0].value
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "_api"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "endpoint"
+        and isinstance(node.func.value, ast.Name) and node.func.value.id == "calls"
         and node.args and isinstance(node.args[0], ast.Constant)
     }  # fmt: skip
 
