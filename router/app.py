@@ -1,6 +1,6 @@
 """`create_app(settings)`: the ASGI app. Its lifespan owns every long-lived thing; no module globals.
 
-Runtime           what one running proxy owns (router/runtime.py) — reached as `request.app.state.router`
+Runtime           what one running proxy owns (router/runtime.py) — reached as `request.app.state.runtime`
 Lifecycle         starts the router once: from the server's lifespan, or on the first call when the
                   app is mounted in another (whose lifespan never reaches it); `lifespan_of(app)`
                   gives that app a lifespan to start and close it cleanly
@@ -47,8 +47,8 @@ class Lifecycle:
     a mounted one), the first call starts it: calls meanwhile wait for that start, a failed start is
     a 503 (`NotStarted`) and the next call tries again. Once closed it stays closed."""
 
-    def __init__(self, router: Runtime) -> None:
-        self.router = router
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self._lock = asyncio.Lock()
         self._started = False
         self._closed = False
@@ -60,10 +60,10 @@ class Lifecycle:
             if self._started:
                 return
             try:
-                await self.router.start()
+                await self.runtime.start()
             except BaseException:
                 with contextlib.suppress(Exception):
-                    await self.router.close()  # what did start (the store, tiers) is released
+                    await self.runtime.close()  # what did start (the store, tiers) is released
                 raise
             self._started = True
 
@@ -72,13 +72,13 @@ class Lifecycle:
             self._closed = True
             if self._started:
                 self._started = False
-                await self.router.close()
+                await self.runtime.close()
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: object = None) -> AsyncIterator[dict[str, Runtime]]:
         await self.start()
         try:
-            yield {"router": self.router}  # the lifespan state: how router/connections.py finds the router
+            yield {"runtime": self.runtime}  # the lifespan state: how router/connections.py finds the Runtime
         finally:
             await self.close()
             log_output.stop()  # the log's lines waiting are written: the process may end by a signal next
@@ -92,7 +92,7 @@ class StartOnFirstCall:
         self.lifecycle = lifecycle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self.lifecycle.router.ready and scope["type"] in ("http", "websocket"):
+        if not self.lifecycle.runtime.ready and scope["type"] in ("http", "websocket"):
             try:
                 await self.lifecycle.start()
             except RouterError as exc:
@@ -209,8 +209,8 @@ def create_app(
     url = settings.store or holder.current.store
     redis = url.lower().startswith(("redis://", "rediss://"))
     store = open_store(url, store_options(settings), **({"prefix": settings.store_prefix} if redis else {}))
-    router = Runtime(settings, holder, store, serving(upstreams) if upstreams else build_upstream)
-    lifecycle = Lifecycle(router)
+    runtime = Runtime(settings, holder, store, serving(upstreams) if upstreams else build_upstream)
+    lifecycle = Lifecycle(runtime)
 
     calls: dict[str, Callable[[Request], Awaitable[Response]]] = {  # POST only
         "/v1/chat/completions": chat.completions,
@@ -236,6 +236,6 @@ def create_app(
             Middleware(Direct, calls=calls),
         ],
     )
-    app.state.router = router
+    app.state.runtime = runtime
     app.state.lifecycle = lifecycle
     return app

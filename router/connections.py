@@ -23,8 +23,8 @@ scope, router/core/open_calls.py): a client that goes away cancels its call and 
 once, without a task per call watching for it.
 
 Every limit that trips counts in `router_limits_tripped{limit}`. A response's head goes out with its
-first body part, in one write (`OneWrite`). The protocols find the router in the lifespan state
-(`{"router": router}`, router/app.py), so they work in every worker process.
+first body part, in one write (`OneWrite`). The protocols find the Runtime in the lifespan state
+(`{"runtime": runtime}`, router/app.py), so they work in every worker process.
 
     server_options(settings)   the keyword arguments of `uvicorn.Config` for them
     Server                     uvicorn's server, its listening sockets set up as above
@@ -122,9 +122,9 @@ class Idle:
         return None
 
 
-def _router(protocol: Any) -> Runtime | None:
+def _runtime(protocol: Any) -> Runtime | None:
     state = getattr(protocol, "app_state", None)
-    return state.get("router") if isinstance(state, dict) else None
+    return state.get("runtime") if isinstance(state, dict) else None
 
 
 class BodyArrival(asyncio.Event):
@@ -193,7 +193,7 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
 
     # private API: uvicorn-protocol-limits, see docs/architecture.md
     class Guarded(base):  # type: ignore[misc]
-        _router: Runtime | None = None
+        _runtime: Runtime | None = None
         _calls: ConnectionCalls | None = None
         _idle: Idle | None = None
         _timer: asyncio.TimerHandle | None = None
@@ -201,13 +201,13 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
-            self._router = router = _router(self)
-            if router is None:
+            self._runtime = runtime = _runtime(self)
+            if runtime is None:
                 return
             self._calls = ConnectionCalls()
             self._idle = Idle.of(self)
-            if len(self.connections) > connection_cap(router.settings) and not self._evict_one():
-                router.metrics.tripped("connections_refused")
+            if len(self.connections) > connection_cap(runtime.settings) and not self._evict_one():
+                runtime.metrics.tripped("connections_refused")
                 self._close(_BUSY)
                 return
             self._idle.waiting(self, served=False)
@@ -216,8 +216,8 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
         def data_received(self, data: bytes) -> None:
             before = self.cycle
             super().data_received(data)
-            router = self._router
-            if router is None or self.transport.is_closing():
+            runtime = self._runtime
+            if runtime is None or self.transport.is_closing():
                 return
             if self.cycle is not before or self.transport.get_protocol() is not self:  # headers in, or upgraded
                 self._disarm()
@@ -226,8 +226,8 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
                     self._idle.busy(self)
             elif self._waiting():
                 self._header_bytes += len(data)
-                if self._header_bytes > router.settings.max_header_bytes:
-                    router.metrics.tripped("header_too_large")
+                if self._header_bytes > runtime.settings.max_header_bytes:
+                    runtime.metrics.tripped("header_too_large")
                     self._close(_TOO_LARGE)
                 elif self._timer is None:  # the first bytes of the next request on a kept-alive connection
                     self._arm()
@@ -265,13 +265,13 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
                 self._calls.lost()
 
         def timeout_keep_alive_handler(self) -> None:
-            if self._router is not None and not self.transport.is_closing():
-                self._router.metrics.tripped("idle_closed")
+            if self._runtime is not None and not self.transport.is_closing():
+                self._runtime.metrics.tripped("idle_closed")
             super().timeout_keep_alive_handler()
 
         def shutdown(self) -> None:
-            if self._router is not None:
-                self._router.open.drain()
+            if self._runtime is not None:
+                self._runtime.open.drain()
             super().shutdown()
 
         # -- limits --------------------------------------------------------------------------------
@@ -281,8 +281,8 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
             return self.cycle is None or bool(self.cycle.response_complete and not self.cycle.more_body)
 
         def _arm(self) -> None:
-            assert self._router is not None
-            self._timer = self.loop.call_later(self._router.settings.header_timeout, self._header_timeout)
+            assert self._runtime is not None
+            self._timer = self.loop.call_later(self._runtime.settings.header_timeout, self._header_timeout)
 
         def _disarm(self) -> None:
             if self._timer is not None:
@@ -291,8 +291,8 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
 
         def _header_timeout(self) -> None:
             self._timer = None
-            if self._router is not None and self._waiting() and not self.transport.is_closing():
-                self._router.metrics.tripped("header_timeout")
+            if self._runtime is not None and self._waiting() and not self.transport.is_closing():
+                self._runtime.metrics.tripped("header_timeout")
                 self._close(_TIMEOUT)
 
         def _close(self, answer: bytes) -> None:
@@ -303,11 +303,11 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
 
         def _evict_one(self) -> bool:
             """Close the idle connection that waited longest — one that never sent a request first."""
-            assert self._router is not None and self._idle is not None
+            assert self._runtime is not None and self._idle is not None
             victim = self._idle.victim()
             if victim is None:
                 return False
-            self._router.metrics.tripped("connections_evicted")
+            self._runtime.metrics.tripped("connections_evicted")
             victim._close(_TIMEOUT)
             return True
 
@@ -333,12 +333,12 @@ class GuardedWebSockets(WebSocketsSansIOProtocol):
 
     # private API: uvicorn-protocol-limits, see docs/architecture.md
     def shutdown(self) -> None:
-        router = _router(self)
-        if router is None:
+        runtime = _runtime(self)
+        if runtime is None:
             super().shutdown()
             return
-        router.open.drain()
-        self.loop.call_later(router.open.grace * CUT_AT + 0.2, super().shutdown)
+        runtime.open.drain()
+        self.loop.call_later(runtime.open.grace * CUT_AT + 0.2, super().shutdown)
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
@@ -374,12 +374,12 @@ class Server(uvicorn.Server):
         await super().startup(sockets)
         # private API: uvicorn-server, see docs/architecture.md
         state = getattr(self.lifespan, "state", None)
-        router = state.get("router") if isinstance(state, dict) else None
-        if router is None or not self.started:
+        runtime = state.get("runtime") if isinstance(state, dict) else None
+        if runtime is None or not self.started:
             return
         for server in self.servers:
             for sock in server.sockets:
-                defer_accept(sock, router.settings.defer_accept)
+                defer_accept(sock, runtime.settings.defer_accept)
         gc.freeze()  # start-up objects (policy, pools, imports) leave the collector's scans: shorter pauses
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])  # fewer young collections (constants.py)
 

@@ -1,6 +1,6 @@
 """The running proxy's state: one `Runtime` per app (router/app.py builds it; no module globals).
 
-Transports (router/api/) reach it as `request.app.state.router`; the pipeline gets it as an argument;
+Transports (router/api/) reach it as `request.app.state.runtime`; the pipeline gets it as an argument;
 a call's `Attempts` (router/flow/attempts.py) gets only its `Parts`, what the attempts use; the parts
 below it (store, upstreams, validator, shadow mode) get only the collaborators they use.
 """

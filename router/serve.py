@@ -96,7 +96,7 @@ def runner(settings: Settings, app: Starlette, workers: int) -> Callable[..., No
         return functools.partial(serve, app)
     if settings.port == 0:
         raise ValueError("--workers needs a fixed --port: every worker binds it")
-    url = settings.store or app.state.router.policy.current.store
+    url = settings.store or app.state.runtime.policy.current.store
     notice = store_notice(url, workers)
     (log.warning if url.lower().startswith("sqlite") else log.info)("%s", notice)
     export(settings)

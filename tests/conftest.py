@@ -146,7 +146,7 @@ async def stop_uvicorn(server: uvicorn.Server, task: asyncio.Task[None]) -> None
 class Proxy:
     url: str  # ends with /v1
     base: str  # http://127.0.0.1:PORT
-    router: Runtime
+    runtime: Runtime
     policy_path: Path
     server: uvicorn.Server | None = None
     task: asyncio.Task[None] | None = None
@@ -187,9 +187,9 @@ async def proxy_(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Proxy]
         path.write_text(policy_yaml)
         settings.setdefault("reload_policy", False)
         app = create_app(Settings(policy=path, **settings))
-        server, task, base = await start_uvicorn(app, **server_options(app.state.router.settings))
+        server, task, base = await start_uvicorn(app, **server_options(app.state.runtime.settings))
         running.append((server, task))
-        return Proxy(f"{base}/v1", base, app.state.router, path, server, task)
+        return Proxy(f"{base}/v1", base, app.state.runtime, path, server, task)
 
     yield start
     for server, _task in running:

@@ -110,4 +110,4 @@ async def started(policy_yaml: str, tmp_path: Path, **tiers: Scripted) -> AsyncI
     path.write_text(policy_yaml)
     app = create_app(Settings(policy=path, reload_policy=False, warm_up=False), upstreams=tiers)
     async with lifespan_of(app)(app):
-        yield app.state.router
+        yield app.state.runtime

@@ -93,7 +93,7 @@ async def test_calls_leave_no_reference_cycles(start_fake_, proxy_, collector_sa
             for _ in range(2):
                 statuses.add(await _call(session, proxy.url + path, orjson.dumps(body), give_up))
     async with asyncio.timeout(5):  # the abandoned calls' ends reach the router
-        await until(lambda: not proxy.router.inflight)
+        await until(lambda: not proxy.runtime.inflight)
     assert not (ours := _ours()), ours
     assert statuses == {"answered": {200}, "escalated": {200}, "abandoned": {0}}.get(tier, statuses), statuses
 

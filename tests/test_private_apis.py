@@ -308,14 +308,14 @@ async def test_a_request_through_the_guarded_protocol() -> None:
         await send({"type": "http.response.body", "body": b"ok"})
 
     tripped: list[str] = []
-    router = SimpleNamespace(
+    runtime = SimpleNamespace(
         settings=SimpleNamespace(max_connections=8, header_timeout=5.0, max_header_bytes=4096),
         metrics=SimpleNamespace(tripped=tripped.append),
         open=SimpleNamespace(drain=lambda: None),
     )
     state = ServerState()
     protocol = GuardedHttpTools(
-        config=_config(app), server_state=state, app_state={"router": router}, _loop=asyncio.get_running_loop()
+        config=_config(app), server_state=state, app_state={"runtime": runtime}, _loop=asyncio.get_running_loop()
     )
     transport = Recording()
     transport.protocol = protocol

@@ -51,7 +51,7 @@ def otel_env(monkeypatch: pytest.MonkeyPatch, sink: tuple[Sink, str]) -> Callabl
 
 
 async def exported(proxy: Proxy, sink: Sink) -> list[Received]:
-    await proxy.router.tracing.flush()
+    await proxy.runtime.tracing.flush()
     return sink.spans
 
 
@@ -95,7 +95,7 @@ async def test_escalated_call_one_span_per_attempt(start_fake_, proxy_, sink, ot
     fast = await start_fake_(FakeConfig(seed=1, bad_tool_rate=1.0, bad_kinds=("invalid_json",)))
     full = await start_fake_(FakeConfig(seed=2))
     proxy = await proxy_(policy_text(fast.url, full.url, extra=ESCALATE))
-    assert proxy.router.tracing.enabled
+    assert proxy.runtime.tracing.enabled
     body = {"model": "auto", "messages": USER, "tools": TOOLS, "max_tokens": 50}
     raw = await post(proxy.url + "/chat/completions", body, headers={"traceparent": PARENT})
     assert raw.status == 200 and raw.headers["x-router-escalated"] == "true"
@@ -151,7 +151,7 @@ async def test_stream_and_failure(start_fake_, proxy_, sink, otel_env) -> None:
     bad = await post(failing.url + "/chat/completions", {"model": "auto", "messages": USER})
     assert bad.status == 502
 
-    await ok.router.tracing.flush()
+    await ok.runtime.tracing.flush()
     spans = await exported(failing, received)
     streamed, failed = sorted(calls(spans), key=lambda s: s.span.start_time_unix_nano)
     a = streamed.attrs
@@ -190,7 +190,7 @@ async def test_off_exports_nothing(start_fake_, proxy_, sink, otel_env) -> None:
     otel_env(OTEL_TRACES_EXPORTER="none")
     fake = await start_fake_(FakeConfig(seed=5))
     proxy = await proxy_(policy_text(fake.url))
-    assert not proxy.router.tracing.enabled
+    assert not proxy.runtime.tracing.enabled
     assert (await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER})).status == 200
     await proxy.stop()  # a provider would export what it queued now
     assert received.requests == 0
@@ -202,7 +202,7 @@ async def test_unsampled_calls_export_nothing(start_fake_, proxy_, sink, otel_en
     otel_env(OTEL_TRACES_SAMPLER="always_off")
     fake = await start_fake_(FakeConfig(seed=6))
     proxy = await proxy_(policy_text(fake.url))
-    assert proxy.router.tracing.enabled
+    assert proxy.runtime.tracing.enabled
     for stream in (False, True):
         body = {"model": "auto", "messages": USER, "stream": stream}
         assert (await post(proxy.url + "/chat/completions", body)).status == 200

@@ -54,7 +54,7 @@ def endpoint(handler: Handler, render: Callable[[RouterError], Response] = error
             access.note_failure(request.scope, exc)
             return render(exc)
         except asyncio.CancelledError:
-            if (reason := router_of(request).open.ended()) is None:
+            if (reason := runtime_of(request).open.ended()) is None:
                 raise
             return render(reason)  # the client left (nothing is sent), or the server is shutting down
         except Exception as exc:  # no traceback: it could carry request data or upstream details
@@ -64,53 +64,53 @@ def endpoint(handler: Handler, render: Callable[[RouterError], Response] = error
     return wrapped
 
 
-def router_of(request: Request) -> Runtime:
-    return request.app.state.router  # type: ignore[no-any-return]
+def runtime_of(request: Request) -> Runtime:
+    return request.app.state.runtime  # type: ignore[no-any-return]
 
 
-def authorize(router: Runtime, connection: HTTPConnection) -> None:
+def authorize(runtime: Runtime, connection: HTTPConnection) -> None:
     """401 unless the call carries one of the client keys (the policy's and the settings'), if any."""
-    keys = [k.get_secret_value() for k in router.policy.current.client_keys + router.settings.client_keys]
+    keys = [k.get_secret_value() for k in runtime.policy.current.client_keys + runtime.settings.client_keys]
     if not keys:
         return
     auth = connection.headers.get("authorization", "")
     given = auth[7:].strip() if auth[:7].lower() == "bearer " else connection.headers.get("x-api-key", "")
     if not any(hmac.compare_digest(given.encode(), k.encode()) for k in keys):
-        router.metrics.refused.labels("unauthorized").inc()
+        runtime.metrics.refused.labels("unauthorized").inc()
         raise Unauthorized("A valid API key is required (Authorization: Bearer <key>).")
 
 
-def observe(router: Runtime, attempts: Attempts, ttft: float | None) -> None:
+def observe(runtime: Runtime, attempts: Attempts, ttft: float | None) -> None:
     """Count a served call: its final tier and route, time to first byte and in total."""
     elapsed = asyncio.get_running_loop().time() - attempts.started
-    router.metrics.observe_call(attempts.tier, attempts.route, attempts.escalated, ttft or elapsed, elapsed)
+    runtime.metrics.observe_call(attempts.tier, attempts.route, attempts.escalated, ttft or elapsed, elapsed)
 
 
 class Admission:
-    """One place among the calls in flight (`router.inflight`, which changes only here): taken when
+    """One place among the calls in flight (`runtime.inflight`, which changes only here): taken when
     made, given back by the first `release()` (later ones do nothing). `served()` counts the call and
     gives its access log line (`scope`: the request's) the final decision."""
 
-    __slots__ = ("_held", "router", "scope")
+    __slots__ = ("_held", "runtime", "scope")
 
-    def __init__(self, router: Runtime, scope: Scope | None = None) -> None:
-        if router.inflight >= router.settings.max_concurrency:
-            router.metrics.refused.labels("overloaded").inc()
+    def __init__(self, runtime: Runtime, scope: Scope | None = None) -> None:
+        if runtime.inflight >= runtime.settings.max_concurrency:
+            runtime.metrics.refused.labels("overloaded").inc()
             raise Overloaded("Too many calls in flight; retry shortly.")
-        router.inflight += 1
-        self.router = router
+        runtime.inflight += 1
+        self.runtime = runtime
         self.scope = scope
         self._held = True
 
     def served(self, attempts: Attempts, ttft: float | None) -> None:
-        observe(self.router, attempts, ttft)
+        observe(self.runtime, attempts, ttft)
         if self.scope is not None:
             access.note(self.scope, attempts)
 
     def release(self) -> None:
         if self._held:
             self._held = False
-            self.router.inflight -= 1
+            self.runtime.inflight -= 1
 
 
 class Admitted(Admission):
@@ -120,8 +120,8 @@ class Admitted(Admission):
 
     __slots__ = ("body", "connection", "streaming", "task", "watch")
 
-    def __init__(self, router: Runtime, body: bytes, scope: Scope | None = None) -> None:
-        super().__init__(router, scope)
+    def __init__(self, runtime: Runtime, body: bytes, scope: Scope | None = None) -> None:
+        super().__init__(runtime, scope)
         self.body = body
         self.streaming = False
         self.task: asyncio.Task[object] | None = None
@@ -134,9 +134,9 @@ class Admitted(Admission):
         self.task = task
         self.connection = request.scope.get(ConnectionCalls.KEY)
         if self.connection is not None:
-            self.connection.add(task, self.router.open)
+            self.connection.add(task, self.runtime.open)
         else:
-            self.watch = asyncio.create_task(_until_gone(request, self.router, task))
+            self.watch = asyncio.create_task(_until_gone(request, self.runtime, task))
 
     def release(self) -> None:
         super().release()
@@ -149,7 +149,7 @@ class Admitted(Admission):
         """`chunks` as an open stream (ended in the transport's shape at shutdown, or when the client
         leaves while it is written: the watch goes on)."""
         self.streaming = True
-        return self.router.open.stream(chunks)
+        return self.runtime.open.stream(chunks)
 
 
 def admitted(request: Request) -> Admitting:
@@ -173,13 +173,13 @@ class Admitting:
 
     async def __aenter__(self) -> Admitted:
         request = self.request
-        router = router_of(request)
-        authorize(router, request)
-        body = await read_body(request, router)  # before a place is taken: a slow body holds none
-        call = self.call = Admitted(router, body, request.scope)  # 503 when too many calls are in flight
+        runtime = runtime_of(request)
+        authorize(runtime, request)
+        body = await read_body(request, runtime)  # before a place is taken: a slow body holds none
+        call = self.call = Admitted(runtime, body, request.scope)  # 503 when too many calls are in flight
         task = self.task = asyncio.current_task()
         assert task is not None
-        router.open.tasks.add(task)
+        runtime.open.tasks.add(task)
         call.watching(request, task)
         return call
 
@@ -190,15 +190,15 @@ class Admitting:
             if not call.streaming:
                 call.release()
         finally:
-            call.router.open.tasks.discard(task)
+            call.runtime.open.tasks.discard(task)
 
 
-async def _until_gone(request: Request, router: Runtime, task: asyncio.Task[object]) -> None:
+async def _until_gone(request: Request, runtime: Runtime, task: asyncio.Task[object]) -> None:
     """Once the body is in, the next message is `http.disconnect`: the client left (the watch is
     ended before a response completes, after which the server says so too)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-    router.open.end(task, ClientGone("The client closed the connection."), "client_gone")
+    runtime.open.end(task, ClientGone("The client closed the connection."), "client_gone")
 
 
 def lower_headers(connection: HTTPConnection) -> dict[str, str]:
@@ -206,35 +206,35 @@ def lower_headers(connection: HTTPConnection) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in connection.scope["headers"]}
 
 
-async def read_body(request: Request, router: Runtime) -> bytes:
+async def read_body(request: Request, runtime: Runtime) -> bytes:
     """The request body, refusing (413) anything over the limit without reading it all, and (408)
     a body that takes longer than `body_timeout`."""
-    limit = router.settings.max_body_bytes
+    limit = runtime.settings.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        _too_large(router, limit)
+        _too_large(runtime, limit)
     if request.scope.get(BODY_IN):  # all of it is buffered (the router's server says so): no wait, no timer
-        return await _body(request, router, limit)
-    timeout = router.settings.body_timeout
+        return await _body(request, runtime, limit)
+    timeout = runtime.settings.body_timeout
     try:
         async with asyncio.timeout(timeout):
-            return await _body(request, router, limit)
+            return await _body(request, runtime, limit)
     except TimeoutError:
-        router.metrics.tripped("body_timeout")
+        runtime.metrics.tripped("body_timeout")
         raise RequestTimeout(f"The request body did not arrive within {timeout:g} s.") from None
 
 
-async def _body(request: Request, router: Runtime, limit: int) -> bytes:
+async def _body(request: Request, runtime: Runtime, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            _too_large(router, limit)
+            _too_large(runtime, limit)
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-def _too_large(router: Runtime, limit: int) -> NoReturn:
-    router.metrics.refused.labels("body_too_large").inc()
+def _too_large(runtime: Runtime, limit: int) -> NoReturn:
+    runtime.metrics.refused.labels("body_too_large").inc()
     raise BodyTooLarge(f"The request body exceeds the limit of {limit} bytes.")

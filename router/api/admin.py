@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from router.api import authorize, endpoint, router_of
+from router.api import authorize, endpoint, runtime_of
 from router.api.messages import anthropic_error
 from router.constants import MODELS_WAIT
 from router.errors import BadRequest, NotFound, RouterError
@@ -39,26 +39,26 @@ async def root(request: Request) -> Response:
 
 @endpoint
 async def healthz(request: Request) -> Response:
-    router = router_of(request)
-    holder = router.policy
-    unusable = router.store.unusable
-    status = "starting" if not router.ready else "degraded" if unusable else "ok"
+    runtime = runtime_of(request)
+    holder = runtime.policy
+    unusable = runtime.store.unusable
+    status = "starting" if not runtime.ready else "degraded" if unusable else "ok"
     body = {"status": status, "policy_version": holder.version}
     if unusable:
-        body["store"] = f"the {router.store.backend} store cannot be used: {unusable}; nothing is counted"
+        body["store"] = f"the {runtime.store.backend} store cannot be used: {unusable}; nothing is counted"
     if holder.last_error:
         body["policy_error"] = "the policy file on disk is invalid; the previous version is in use"
-    return _json(body, 200 if router.ready else 503)
+    return _json(body, 200 if runtime.ready else 503)
 
 
 @endpoint
 async def readyz(request: Request) -> Response:
     """Ready for traffic: started, and the store can be used (503 while degraded)."""
-    router = router_of(request)
-    ready = router.ready and not router.store.unusable
-    body = {"status": "ready" if ready else "degraded" if router.ready else "starting"}
-    if router.store.unusable:
-        body["store"] = router.store.unusable
+    runtime = runtime_of(request)
+    ready = runtime.ready and not runtime.store.unusable
+    body = {"status": "ready" if ready else "degraded" if runtime.ready else "starting"}
+    if runtime.store.unusable:
+        body["store"] = runtime.store.unusable
     return _json(body, 200 if ready else 503)
 
 
@@ -107,10 +107,10 @@ _EPOCH = "1970-01-01T00:00:00Z"  # Anthropic's ModelInfo.created_at "when the re
 
 
 async def _listed(request: Request) -> list[Listed]:
-    router = router_of(request)
-    authorize(router, request)
-    await router.windows.settled(MODELS_WAIT)  # windows still being asked (at start-up)
-    return listed(router.policy.current, router.windows.known())
+    runtime = runtime_of(request)
+    authorize(runtime, request)
+    await runtime.windows.settled(MODELS_WAIT)  # windows still being asked (at start-up)
+    return listed(runtime.policy.current, runtime.windows.known())
 
 
 def _anthropic(request: Request) -> bool:
@@ -153,23 +153,23 @@ async def model(request: Request) -> Response:
 
 @endpoint
 async def stats(request: Request) -> Response:
-    router = router_of(request)
-    authorize(router, request)
+    runtime = runtime_of(request)
+    authorize(runtime, request)
     window = request.query_params.get("window")
     try:
         seconds = float(window) if window else None
     except ValueError:
         raise BadRequest("'window' must be a number of seconds.", param="window") from None
     # the breakers are this process's (router/core/breaker.py): under workers, the answering worker's
-    return _json({**await router.store.stats(seconds), "breakers": router.breakers.snapshot()})
+    return _json({**await runtime.store.stats(seconds), "breakers": runtime.breakers.snapshot()})
 
 
 @endpoint
 async def series(request: Request) -> Response:
     """Counters per time bucket since `since` (unix seconds), for plots: rows of
     [bucket start, tier, route, tool, kind, count]."""
-    router = router_of(request)
-    authorize(router, request)
+    runtime = runtime_of(request)
+    authorize(runtime, request)
     try:
         since = float(request.query_params.get("since") or time.time() - 3600)
         bucket = int(request.query_params.get("bucket") or 60)
@@ -177,12 +177,12 @@ async def series(request: Request) -> Response:
         raise BadRequest("'since' and 'bucket' must be numbers.", param="since") from None
     if not 1 <= bucket <= 86400:
         raise BadRequest("'bucket' must be between 1 and 86400 seconds.", param="bucket")
-    return _json({"rows": await router.store.series(since, max(bucket, 60))})
+    return _json({"rows": await runtime.store.series(since, max(bucket, 60))})
 
 
 @endpoint
 async def metrics(request: Request) -> Response:
-    return Response(router_of(request).metrics.render(), media_type="text/plain; version=0.0.4")
+    return Response(runtime_of(request).metrics.render(), media_type="text/plain; version=0.0.4")
 
 
 @endpoint

@@ -18,15 +18,15 @@ from router.upstream.base import Chunk
 @endpoint
 async def completions(request: Request) -> Response:
     async with admitted(request) as admission:
-        router = admission.router
+        runtime = admission.runtime
         call = chat_call(admission.body, lower_headers(request))
         if call.stream:
-            attempts, chunks = await pipeline.stream(router, call)
+            attempts, chunks = await pipeline.stream(runtime, call)
             chunks = admission.to_stream(chunks)
             frames = framed(admission, attempts, chunks, _data, fail=_error, done=b"data: [DONE]\n\n")
             return SSEResponse(admission, frames, router_headers(attempts))
-        attempts, reply = await pipeline.complete(router, call)
-        observe(router, attempts, None)
+        attempts, reply = await pipeline.complete(runtime, call)
+        observe(runtime, attempts, None)
         body = reply.raw or orjson.dumps(reply.data)
         return Response(body, headers=router_headers(attempts), media_type="application/json")
 

@@ -17,7 +17,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from router.api import admitted, authorize, endpoint, lower_headers, observe, read_body, router_of
+from router.api import admitted, authorize, endpoint, lower_headers, observe, read_body, runtime_of
 from router.api.sse import SSEResponse, framed, sse_frame
 from router.core.call import Call, parse_body, refuse_forbidden
 from router.errors import BadRequest, Overloaded, RouterError
@@ -57,11 +57,11 @@ def messages_call(raw: bytes, headers: Mapping[str, str], *, count_only: bool = 
 @anthropic_endpoint
 async def create(request: Request) -> Response:
     async with admitted(request) as admission:
-        router = admission.router
+        runtime = admission.runtime
         call = messages_call(admission.body, lower_headers(request))
         model = str(call.body["model"])
         if call.stream:
-            attempts, chunks = await pipeline.stream(router, call)
+            attempts, chunks = await pipeline.stream(runtime, call)
             chunks = admission.to_stream(chunks)
             events = MessageEvents(new_message_id(), model)
             frames = framed(
@@ -73,8 +73,8 @@ async def create(request: Request) -> Response:
                 close=lambda: _frames(events.close()),
             )
             return SSEResponse(admission, frames, router_headers(attempts))
-        attempts, reply = await pipeline.complete(router, call)
-        observe(router, attempts, None)
+        attempts, reply = await pipeline.complete(runtime, call)
+        observe(runtime, attempts, None)
         if reply.native is not None and reply.raw is not None:  # the tier's own answer, untouched
             return Response(reply.raw, headers=router_headers(attempts), media_type="application/json")
         message = message_of(reply.data, model, new_message_id())
@@ -87,10 +87,10 @@ async def count_tokens(request: Request) -> Response:
     tokenizer (llama-server's, Anthropic's count_tokens), else the router's estimate (characters / 4,
     the tool definitions included). `x-router-tier` names the tier, `x-router-count` says which
     (`tokenizer` or `estimate`). Calls no model, so takes no place among the calls in flight."""
-    router = router_of(request)
-    authorize(router, request)
-    call = messages_call(await read_body(request, router), lower_headers(request), count_only=True)
-    decision, tokens, counted = await pipeline.count(router, call)
+    runtime = runtime_of(request)
+    authorize(runtime, request)
+    call = messages_call(await read_body(request, runtime), lower_headers(request), count_only=True)
+    decision, tokens, counted = await pipeline.count(runtime, call)
     headers = {"x-router-tier": decision.tier, "x-router-route": decision.route,
                "x-router-count": "tokenizer" if counted else "estimate"}  # fmt: skip
     return Response(orjson.dumps({"input_tokens": tokens}), headers=headers, media_type="application/json")

@@ -35,12 +35,12 @@ from router.responses import turn as turns
 @endpoint
 async def create(request: Request) -> Response:
     async with admitted(request) as admission:
-        router = admission.router
+        runtime = admission.runtime
         body = parse_body(admission.body)
-        state = router.responses
+        state = runtime.responses
         stream = body.get("stream") is True
         prev = await turns.previous(body, None, state)
-        native = turns.passes_through(router.policy.current)
+        native = turns.passes_through(runtime.policy.current)
         headers = lower_headers(request)
         turn = turns.prepare(body, headers, prev, stream=stream, native=native)
         echoed = turns.turn_state(headers)  # Codex's x-codex-turn-state, sent back
@@ -51,16 +51,16 @@ async def create(request: Request) -> Response:
 
         if stream:
             try:
-                attempts, chunks = await pipeline.stream(router, turn.call)
+                attempts, chunks = await pipeline.stream(runtime, turn.call)
             except ContextExceeded as exc:  # as OpenAI streams it: a failed response (Codex compacts)
                 access.note_failure(request.scope, exc)
                 failed = b"".join(sse_frame(event) for event in turns.failed(turn, exc))
                 return Response(failed, headers=SSE_HEADERS, media_type="text/event-stream")
             chunks = admission.to_stream(chunks)
             frames = framed(admission, attempts, turns.events(turn, attempts, chunks, save), sse_frame)
-            headers = {**router_headers(attempts), **turns.left_out(router, turn, attempts), **echoed}
+            headers = {**router_headers(attempts), **turns.left_out(runtime, turn, attempts), **echoed}
             return SSEResponse(admission, frames, headers)
-        attempts, response = await turns.complete(router, turn, save)
-        observe(router, attempts, None)
-        headers = {**router_headers(attempts), **turns.left_out(router, turn, attempts), **echoed}
+        attempts, response = await turns.complete(runtime, turn, save)
+        observe(runtime, attempts, None)
+        headers = {**router_headers(attempts), **turns.left_out(runtime, turn, attempts), **echoed}
         return Response(orjson.dumps(response), headers=headers, media_type="application/json")

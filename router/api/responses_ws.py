@@ -84,9 +84,9 @@ class UnknownEvent(BadRequest):
 
 
 async def connect(websocket: WebSocket) -> None:
-    router: Runtime = websocket.app.state.router
+    runtime: Runtime = websocket.app.state.runtime
     try:
-        authorize(router, websocket)
+        authorize(runtime, websocket)
     except Unauthorized as exc:
         if "websocket.http.response" in websocket.scope.get("extensions", {}):
             await websocket.send_denial_response(error_response(exc))
@@ -96,16 +96,16 @@ async def connect(websocket: WebSocket) -> None:
     headers = lower_headers(websocket)
     echoed = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in turns.turn_state(headers).items()]
     await websocket.accept(headers=echoed)
-    await Connection(router, websocket, headers).run()
+    await Connection(runtime, websocket, headers).run()
 
 
 class Connection:
-    def __init__(self, router: Runtime, websocket: WebSocket, headers: dict[str, str]) -> None:
-        s = router.settings
-        self.router = router
+    def __init__(self, runtime: Runtime, websocket: WebSocket, headers: dict[str, str]) -> None:
+        s = runtime.settings
+        self.runtime = runtime
         self.ws = websocket
         self.cache = ResponseCache(s.ws_max_responses, s.ws_max_state_bytes)
-        self.shared = router.responses
+        self.shared = runtime.responses
         self.headers = headers
         self.streams: dict[str, asyncio.Queue[Any]] = {}  # stream id ("": none) → its messages, in order
         self.waiting = 0  # messages queued on all streams
@@ -150,7 +150,7 @@ class Connection:
 
     async def _read(self) -> None:
         """Receive until the client leaves or breaks a limit; never blocks on a response."""
-        s = self.router.settings
+        s = self.runtime.settings
         limit = s.ws_max_message_bytes
         while True:
             message = await self.ws.receive()
@@ -165,7 +165,7 @@ class Connection:
             else:
                 size = len(text.encode())
             if size > limit:
-                self.router.metrics.refused.labels("ws_message_too_big").inc()
+                self.runtime.metrics.refused.labels("ws_message_too_big").inc()
                 self.close_with = (1009, f"message over {limit} bytes")
                 return
             try:
@@ -178,13 +178,13 @@ class Connection:
             stream = event.get("stream_id") if isinstance(event, dict) else None
             stream = stream if isinstance(stream, str) and 0 < len(stream) <= _MAX_STREAM_ID else ""
             if self.waiting >= s.ws_max_pending:
-                self.router.metrics.refused.labels("ws_too_many_pending").inc()
+                self.runtime.metrics.refused.labels("ws_too_many_pending").inc()
                 self.close_with = (1008, "too many response.create messages waiting")
                 return
             queue = self.streams.get(stream)
             if queue is None:
                 if len(self.streams) >= s.ws_max_streams:
-                    self.router.metrics.refused.labels("ws_too_many_streams").inc()
+                    self.runtime.metrics.refused.labels("ws_too_many_streams").inc()
                     self.close_with = (1008, f"more than {s.ws_max_streams} streams")
                     return
                 queue = self.streams[stream] = asyncio.Queue()
@@ -194,7 +194,7 @@ class Connection:
 
     async def _watch(self) -> None:
         """Close the connection once it has been idle `ws_idle_timeout` seconds: no message, nothing running."""
-        idle = self.router.settings.ws_idle_timeout
+        idle = self.runtime.settings.ws_idle_timeout
         while True:
             await asyncio.sleep(max(0.0, self.seen + idle - time.monotonic()))
             if not self.running and not self.waiting and time.monotonic() - self.seen >= idle:
@@ -257,7 +257,7 @@ class Connection:
         body = {k: v for k, v in event.items() if k not in _ENVELOPE}
         try:
             prev = await turns.previous(body, self.cache, self.shared)
-            native = turns.passes_through(self.router.policy.current)
+            native = turns.passes_through(self.runtime.policy.current)
             turn = turns.prepare(body, self.headers, prev, stream=True, native=native)
         except RouterError as exc:
             return await self.failed(exc, stream)
@@ -268,26 +268,26 @@ class Connection:
                 self.shared.put(turn.id, entry)
 
         if event.get("generate") is False:
-            upstream = await turns.prewarm(self.router, turn)  # a tier's own socket: warmed too
+            upstream = await turns.prewarm(self.runtime, turn)  # a tier's own socket: warmed too
             for ev in turns.warm_up(turn, save, upstream):
                 await self.send(ev, stream)
             return 200, None
         return await self._respond(turn, save, stream)
 
     async def _respond(self, turn: turns.Turn, save: turns.Save, stream: str) -> Turn:
-        router = self.router
+        runtime = self.runtime
         try:
-            admission = Admission(router)
+            admission = Admission(runtime)
         except RouterError as exc:
             return await self.failed(exc, stream)
         try:
             # created + in_progress go out with the first chunk, as on SSE, so that they name the model
             # that answers; a failure before it is one `error` event (nothing of a response was sent).
             try:
-                with router.open.running():  # ended, in this API's shape, at shutdown
-                    attempts, chunks = await pipeline.stream(router, turn.call)
+                with runtime.open.running():  # ended, in this API's shape, at shutdown
+                    attempts, chunks = await pipeline.stream(runtime, turn.call)
             except asyncio.CancelledError:
-                if (reason := router.open.ended()) is None:
+                if (reason := runtime.open.ended()) is None:
                     raise
                 return await self.failed(reason, stream)
             except ContextExceeded as exc:  # as OpenAI sends it: a failed response (Codex compacts)
@@ -301,16 +301,16 @@ class Connection:
                 failure = RouterError("The router failed unexpectedly; the error was logged.")
                 return await self.failed(failure, stream)
             ttft = asyncio.get_running_loop().time() - attempts.started
-            turns.left_out(router, turn, attempts)  # counted as on HTTP (no header to name it in)
+            turns.left_out(runtime, turn, attempts)  # counted as on HTTP (no header to name it in)
             status = 200
             try:
-                async with aclosing(turns.events(turn, attempts, router.open.stream(chunks), save)) as events:
+                async with aclosing(turns.events(turn, attempts, runtime.open.stream(chunks), save)) as events:
                     async for ev in events:
                         if ev["type"] == "error":
                             status = ev["status"]
                         await self.send(ev, stream)
             finally:
-                observe(router, attempts, ttft)
+                observe(runtime, attempts, ttft)
             return status, attempts
         finally:
             admission.release()

@@ -96,7 +96,7 @@ class SSEResponse(StreamingResponse):
             await self.stream_response(send)
         except asyncio.CancelledError:
             # the watch ended the call while a write waited for the client: the frames end here
-            if self.admission.router.open.ended() is None:
+            if self.admission.runtime.open.ended() is None:
                 raise
         finally:
             if isinstance(self.body_iterator, AsyncGenerator):

@@ -53,7 +53,7 @@ def serve(
     except (PolicyError, ValueError) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from None
-    if problem := asyncio.run(store_problem(settings, asgi.state.router.policy.current)):
+    if problem := asyncio.run(store_problem(settings, asgi.state.runtime.policy.current)):
         typer.echo(problem, err=True)
         raise typer.Exit(1)
     run(

@@ -61,67 +61,67 @@ T = TypeVar("T")
 log = logging.getLogger("router.pipeline")
 
 
-async def begin(router: Runtime, call: Call) -> Attempts:
+async def begin(runtime: Runtime, call: Call) -> Attempts:
     try:
         tools = call.body.get("tools")
-        tool_set = router.validator.admit(tools)  # a client schema too costly to check: 400 now
+        tool_set = runtime.validator.admit(tools)  # a client schema too costly to check: 400 now
     except SchemaTooCostly:
-        router.metrics.tripped("schema_too_costly")
+        runtime.metrics.tripped("schema_too_costly")
         raise
-    lane, call, policy = router.lanes.enter(call, router.policy.current)
+    lane, call, policy = runtime.lanes.enter(call, runtime.policy.current)
     features = call.features.with_tools(tool_set.chars)  # what a tier's context must hold: the tools too
     try:
-        sticky = await feedback.sticky_tier(router.store, router.metrics, call, policy)
-        adaptive, windows = router.adaptive, router.windows.known()
+        sticky = await feedback.sticky_tier(runtime.store, runtime.metrics, call, policy)
+        adaptive, windows = runtime.adaptive, runtime.windows.known()
         live = Live(sticky_tier=sticky, degraded=adaptive.degraded, diverted=adaptive.diverted, windows=windows)
         decision = decide(features, policy, live)
-        seen = router.repeats.seen(call) if policy.escalation.repeat is not None else None
+        seen = runtime.repeats.seen(call) if policy.escalation.repeat is not None else None
     except BaseException:
-        router.lanes.leave(lane)
+        runtime.lanes.leave(lane)
         raise
-    router.adaptive.note(decision)
-    router.warming.offer(policy, call.session, call.body, decision.tier)  # the other tiers read it meanwhile
-    attempts = Attempts(router.parts, call, policy, decision, lane, features.context_tokens, seen)
+    runtime.adaptive.note(decision)
+    runtime.warming.offer(policy, call.session, call.body, decision.tier)  # the other tiers read it meanwhile
+    attempts = Attempts(runtime.parts, call, policy, decision, lane, features.context_tokens, seen)
     attempts.admitted = (tools, tool_set)
     if attempts.repeat == "refused":  # every run the policy gives this request failed: not run again
-        router.lanes.leave(lane)
+        runtime.lanes.leave(lane)
         refused = attempts.refused()
         refused.attempts = attempts
         raise refused
     return attempts
 
 
-async def count(router: Runtime, call: Call) -> tuple[Decision, int, bool]:
+async def count(runtime: Runtime, call: Call) -> tuple[Decision, int, bool]:
     """The decision `call` would get and its prompt tokens as that tier counts them: (decision,
     tokens, counted — False when the tier has no tokenizer to ask and `tokens` is the router's estimate).
     Decided as a call is (`decided`); calls no model."""
     tools = call.body.get("tools")
     features = call.features.with_tools(len(orjson.dumps(tools)) if tools else 0)
-    decision = decided(router, call)
-    policy = router.policy.current
+    decision = decided(runtime, call)
+    policy = runtime.policy.current
     tier = decision.tier
     deadline = asyncio.get_running_loop().time() + policy.models[tier].timeouts.first_token
     try:
-        tokens = await router.upstreams[tier].count_tokens(call.body, deadline, call.native)
+        tokens = await runtime.upstreams[tier].count_tokens(call.body, deadline, call.native)
     except Exception as exc:  # an in-process tier's own method failing: counted by the estimate
         log.warning("tier %s: counting tokens failed (%s)", tier, type(exc).__name__)
         tokens = None
     return (decision, tokens, True) if tokens is not None else (decision, features.context_tokens, False)
 
 
-def decided(router: Runtime, call: Call) -> Decision:
+def decided(runtime: Runtime, call: Call) -> Decision:
     """The decision `call` would get (routes, adaptive routing, context windows), without taking one of
     a sticky session's calls or a lane's place."""
     tools = call.body.get("tools")
     features = call.features.with_tools(len(orjson.dumps(tools)) if tools else 0)
-    adaptive = router.adaptive
-    live = Live(degraded=adaptive.degraded, diverted=adaptive.diverted, windows=router.windows.known())
-    return decide(features, router.policy.current, live)
+    adaptive = runtime.adaptive
+    live = Live(degraded=adaptive.degraded, diverted=adaptive.diverted, windows=runtime.windows.known())
+    return decide(features, runtime.policy.current, live)
 
 
-async def complete(router: Runtime, call: Call) -> tuple[Attempts, Reply]:
-    attempts = await begin(router, call)
-    span = router.tracing.start(attempts)  # router/core/tracing.py; OFF: no-ops
+async def complete(runtime: Runtime, call: Call) -> tuple[Attempts, Reply]:
+    attempts = await begin(runtime, call)
+    span = runtime.tracing.start(attempts)  # router/core/tracing.py; OFF: no-ops
     try:
         retries = None
         try:  # the first attempt without tenacity's loop: most calls need no other
@@ -138,12 +138,12 @@ async def complete(router: Runtime, call: Call) -> tuple[Attempts, Reply]:
         exc.attempts = attempts  # the transport names the call's routing with its error
         raise
     finally:
-        router.lanes.leave(attempts.lane)
+        runtime.lanes.leave(attempts.lane)
         span.end(attempts)
     return attempts, reply
 
 
-async def stream(router: Runtime, call: Call) -> tuple[Attempts, AsyncIterator[Chunk]]:
+async def stream(runtime: Runtime, call: Call) -> tuple[Attempts, AsyncIterator[Chunk]]:
     """Chunks ready to send, as one stream. Failures before the first chunk raise here (a plain
     HTTP error is still possible); later ones raise from the iterator (the transport frames them).
 
@@ -153,9 +153,9 @@ async def stream(router: Runtime, call: Call) -> tuple[Attempts, AsyncIterator[C
     every `stream_keepalive` seconds until the answer comes, which each transport frames as its API
     does (an SSE comment, Anthropic's `ping`, Responses' `response.in_progress`). Nothing of an
     answer was sent meanwhile: an escalation is still invisible; a failure is an error event."""
-    attempts = await begin(router, call)
-    chunks = _joined(router, attempts)
-    every = router.settings.stream_keepalive
+    attempts = await begin(runtime, call)
+    chunks = _joined(runtime, attempts)
+    every = runtime.settings.stream_keepalive
     first = asyncio.ensure_future(anext(chunks, None))
     try:
         await asyncio.wait({first}, timeout=every or None)
@@ -209,9 +209,9 @@ async def _beating(
         yield chunk
 
 
-async def _joined(router: Runtime, attempts: Attempts) -> AsyncIterator[Chunk]:
+async def _joined(runtime: Runtime, attempts: Attempts) -> AsyncIterator[Chunk]:
     join = Joiner()
-    span = router.tracing.start(attempts)
+    span = runtime.tracing.start(attempts)
     try:
         retries = None
         try:  # the first attempt without tenacity's loop, as in `complete`
@@ -228,7 +228,7 @@ async def _joined(router: Runtime, attempts: Attempts) -> AsyncIterator[Chunk]:
                         attempts.streamed = True
                         yield span.chunk(join(ready))
     finally:
-        router.lanes.leave(attempts.lane)
+        runtime.lanes.leave(attempts.lane)
         span.end(attempts)
 
 

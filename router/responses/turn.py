@@ -138,13 +138,13 @@ def prepare(
     return Turn(request, new_id("resp"), int(time.time()), call, history, t.new, t.tools, dict(t.left_out))
 
 
-def left_out(router: Runtime, turn: Turn, attempts: Attempts) -> dict[str, str]:
+def left_out(runtime: Runtime, turn: Turn, attempts: Attempts) -> dict[str, str]:
     """What the tier answering `attempts` was not sent of this request: counted in `router_left_out_total`,
     its tool types named in the `x-router-dropped-tools` header. Nothing when that tier took the request
     as it came (`apis: [responses]`): only a chat tier's view leaves things out."""
     if attempts.answered_natively or not turn.left_out:
         return {}
-    router.metrics.observe_left_out("responses", turn.left_out)
+    runtime.metrics.observe_left_out("responses", turn.left_out)
     return left_out_headers(turn)
 
 
@@ -164,8 +164,8 @@ def passes_through(policy: Policy) -> bool:
     return any("responses" in tier.apis for tier in policy.models.values())
 
 
-async def complete(router: Runtime, turn: Turn, save: Save) -> tuple[Attempts, dict[str, Any]]:
-    attempts, reply = await pipeline.complete(router, turn.call)
+async def complete(runtime: Runtime, turn: Turn, save: Save) -> tuple[Attempts, dict[str, Any]]:
+    attempts, reply = await pipeline.complete(runtime, turn.call)
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
@@ -260,7 +260,7 @@ def failed(turn: Turn, exc: ContextExceeded) -> list[Event]:
     return events
 
 
-async def prewarm(router: Runtime, turn: Turn) -> tuple[str, str] | None:
+async def prewarm(runtime: Runtime, turn: Turn) -> tuple[str, str] | None:
     """A warm-up passed on to the tiers that keep a WebSocket: the one this request would be routed to
     gets it (`generate: false` on the session's socket: the upstream takes the input, so the next turn
     there sends only what it adds); the others open the session's socket, so that its first turn
@@ -270,8 +270,8 @@ async def prewarm(router: Runtime, turn: Turn) -> tuple[str, str] | None:
     native = turn.call.native
     if native is None:
         return None
-    policy = router.policy.current
-    decision = pipeline.decided(router, turn.call)
+    policy = runtime.policy.current
+    decision = pipeline.decided(runtime, turn.call)
     decided = decision.tier
     pinned = decision.route == "header" or decision.route.startswith("alias:")  # the session keeps to it
     warmed: list[tuple[str, Prewarms]] = []
@@ -279,7 +279,7 @@ async def prewarm(router: Runtime, turn: Turn) -> tuple[str, str] | None:
         if pinned and tier != decided:
             continue
         try:
-            upstream = router.upstreams[tier]
+            upstream = runtime.upstreams[tier]
         except KeyError:  # the policy changed meanwhile
             continue
         if config.websocket and speaks(upstream, "responses") and prewarms(upstream):

@@ -29,7 +29,7 @@ async def tiers(start_fake_: Any, proxy_: Any, extra: str = ESCALATE, **policy: 
     fast = await start_fake_(FakeConfig(n_ctx=FAST_CTX, model="fast-model"))
     full = await start_fake_(FakeConfig(n_ctx=FULL_CTX, model="full-model"))
     proxy = await proxy_(policy_text(fast.url, full.url, extra=extra, **policy))
-    await proxy.router.windows.settled(5)
+    await proxy.runtime.windows.settled(5)
     return fast, full, proxy
 
 
@@ -142,9 +142,9 @@ async def test_a_tiers_context_error_sends_the_call_on_to_a_larger_tier(start_fa
         )
         assert (raw.headers["x-router-tier"], raw.headers["x-router-escalated"]) == ("full", "true")
         assert raw.headers["x-router-mistakes"] == ""  # not the fast tier's mistake
-    metrics = proxy.router.metrics
+    metrics = proxy.runtime.metrics
     assert metrics.context_exceeded.labels("fast", "escalated")._value.get() == 2
-    assert proxy.router.breakers.snapshot().get("fast", {}).get("failures", 0) == 0
+    assert proxy.runtime.breakers.snapshot().get("fast", {}).get("failures", 0) == 0
     assert len(await fake_requests(fast.url)) == len(await fake_requests(full.url)) == 2
 
 

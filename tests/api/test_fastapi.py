@@ -43,15 +43,15 @@ async def test_mounted_at_a_prefix_starts_on_the_first_calls(fake, tmp_path: Pat
     proxy = create_app(settings(tmp_path, policy_text(fake.url)))
     host = fastapi.FastAPI()
     host.mount("/router", proxy)
-    router = proxy.state.router
+    runtime = proxy.state.runtime
     async with serving(host) as base:
-        assert not router.ready  # the host's lifespan does not reach a mounted app
+        assert not runtime.ready  # the host's lifespan does not reach a mounted app
         client = openai.AsyncOpenAI(base_url=f"{base}/router/v1", api_key="x", max_retries=0)
         ask = client.chat.completions.create
         calls = [ask(model="auto", messages=[{"role": "user", "content": f"hi {i}"}]) for i in range(5)]
         answers = await asyncio.gather(*calls)  # all five arrive while it starts: each waits, none fails
         assert all(a.choices[0].message.content for a in answers)
-        assert router.ready
+        assert runtime.ready
         async with httpx.AsyncClient(base_url=base) as http:
             document = await http.get("/router/openapi.json")
         assert document.status_code == 200
@@ -62,13 +62,13 @@ async def test_the_host_lifespan_starts_and_closes_it(fake, tmp_path: Path) -> N
     proxy = create_app(settings(tmp_path, policy_text(fake.url)))
     host = fastapi.FastAPI(lifespan=lifespan_of(proxy))
     host.mount("/router", proxy)
-    router = proxy.state.router
+    runtime = proxy.state.runtime
     async with serving(host) as base:
-        assert router.ready  # started before the first call
+        assert runtime.ready  # started before the first call
         client = openai.AsyncOpenAI(base_url=f"{base}/router/v1", api_key="x", max_retries=0)
         answer = await client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}])
         assert answer.choices[0].message.content
-    assert not router.ready  # closed with the host
+    assert not runtime.ready  # closed with the host
 
 
 async def test_a_router_that_cannot_start_answers_503(fake, tmp_path: Path) -> None:

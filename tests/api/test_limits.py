@@ -122,20 +122,20 @@ async def test_concurrency_cap_is_503_with_retry_after(start_fake_, proxy_) -> N
     body = {"model": "auto", "messages": USER}
     first = asyncio.create_task(post(url, body))
     for _ in range(200):
-        if proxy.router.inflight == 1:
+        if proxy.runtime.inflight == 1:
             break
         await asyncio.sleep(0.005)
-    assert proxy.router.inflight == 1
+    assert proxy.runtime.inflight == 1
     refused = await post(url, body)
     err = assert_error_body(refused, 503, type_="overloaded_error", code="overloaded")
     assert refused.headers["retry-after"] == "1"
     assert refused.headers["x-should-retry"] == "true"
     assert err["param"] is None
     assert (await first).status == 200
-    assert proxy.router.inflight == 0
+    assert proxy.runtime.inflight == 0
     # a stream holds its slot until it ends, then frees it
     streamed = await post(url, {**body, "stream": True})
-    assert streamed.status == 200 and proxy.router.inflight == 0
+    assert streamed.status == 200 and proxy.runtime.inflight == 0
     assert (await post(url, body)).status == 200
     assert len(await fake_requests(slow.url)) == 3
 

@@ -155,8 +155,8 @@ async def test_tool_result_with_is_error_makes_the_session_sticky(fake, proxy_, 
         model="auto", max_tokens=64, messages=history, tools=[WEATHER], metadata={"user_id": "session-42"}
     )
     assert second.headers["x-router-tier"] == "full"  # sticky: the fast tier's call failed
-    await proxy.router.store.flush()
-    stats = await proxy.router.store.stats()
+    await proxy.runtime.store.flush()
+    stats = await proxy.runtime.store.stats()
     assert stats["tiers"]["fast"]["mistakes"] == {"agent_reported_error": 1}
     assert stats["tools"]["fast"]["get_weather"]["mistakes"] == {"agent_reported_error": 1}
 

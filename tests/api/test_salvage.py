@@ -92,7 +92,7 @@ async def _proxy(proxy_, start_fake_, fast_url: str, salvage: bool = True):
 
 
 async def _salvaged_count(proxy) -> int:
-    await proxy.router.store.flush()
+    await proxy.runtime.store.flush()
     stats = (await get(proxy.url + "/router/stats")).json()
     return int(stats["routes"]["tools"]["salvaged"])
 

@@ -155,7 +155,7 @@ async def test_agent_chains_turns_by_previous_response_id(
     agent, weather = weather_agent(model_of(kind, stack.proxy.url))
     result = await run(agent, streamed, auto_previous_response_id=True)
     assert_tool_round_trip(result, weather)
-    registry = stack.proxy.router.metrics.registry
+    registry = stack.proxy.runtime.metrics.registry
     found = sum(
         registry.get_sample_value("router_response_state_total", {"op": "lookup", "outcome": where}) or 0.0
         for where in ("connection", "process")

@@ -440,8 +440,8 @@ class Driver:
             assert isinstance(json.loads(calls[0].function.arguments)["city"], str)  # the agent got a valid call
             h = raw.headers
             result = (h["x-router-tier"], h["x-router-route"], h["x-router-escalated"], h["x-router-mistakes"])
-        await self.proxy.router.store.flush()
-        await self.proxy.router.adaptive.refresh()
+        await self.proxy.runtime.store.flush()
+        await self.proxy.runtime.adaptive.refresh()
         return result
 
 
@@ -459,7 +459,7 @@ async def test_flaky_tool_is_diverted_probed_and_returns(start_fake_: StartFake,
     full = await start_fake_(FakeConfig(seed=2))
     good_fast = await start_fake_(FakeConfig(seed=3))
     proxy = await proxy_(policy_text(bad_fast.url, full.url, extra=EXTRA, routes=ROUTES))
-    proxy.router.adaptive.interval = 3600.0  # the background loop refreshes at most once more
+    proxy.runtime.adaptive.interval = 3600.0  # the background loop refreshes at most once more
     base = await _fake_requests(bad_fast)  # its warm-up GETs
     async with openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0) as client:
         d = Driver(proxy, client)
@@ -468,7 +468,7 @@ async def test_flaky_tool_is_diverted_probed_and_returns(start_fake_: StartFake,
         for i in range(5):
             assert await d.ask(FLAKY) == ESCALATED, i
             assert await d.ask(GOOD) == ON_FAST, i
-        assert proxy.router.adaptive.degraded == {("tools", FLAKY): 1.0}
+        assert proxy.runtime.adaptive.degraded == {("tools", FLAKY): 1.0}
         assert await _fake_requests(bad_fast) - base == 10
 
         # 2. Diverted: 3 of every 4 go straight to full; every 4th probes fast (and fails again).
@@ -479,7 +479,7 @@ async def test_flaky_tool_is_diverted_probed_and_returns(start_fake_: StartFake,
             assert await d.ask(GOOD) == ON_FAST  # the healthy tool never leaves fast
         assert got == expected
         assert await _fake_requests(bad_fast) - base == 10 + 2 + 8  # only probes (and good_tool) reached fast
-        stats = await proxy.router.store.stats()
+        stats = await proxy.runtime.store.stats()
         assert stats["tools"]["fast"][FLAKY]["calls"] == 7
         assert stats["tools"]["fast"][FLAKY]["mistakes"] == {"invalid_json": 7}
         assert stats["routes"]["tools:adaptive"]["calls"] == 6
@@ -489,26 +489,26 @@ async def test_flaky_tool_is_diverted_probed_and_returns(start_fake_: StartFake,
         # 7 mistakes need 24 answers for 7/24 <= 0.3: 17 good probes, one every 4th diverted call.
         policy_path = proxy.policy_path
         policy_path.write_text(policy_text(good_fast.url, full.url, extra=EXTRA, routes=ROUTES))
-        new = proxy.router.policy.reload()
+        new = proxy.runtime.policy.reload()
         assert new is not None and new.models["fast"].api_base == good_fast.url
-        await proxy.router.apply(new)
+        await proxy.runtime.apply(new)
         good_base = await _fake_requests(good_fast)
-        assert proxy.router.adaptive.degraded == {("tools", FLAKY): 1.0}  # the history is the tier's
+        assert proxy.runtime.adaptive.degraded == {("tools", FLAKY): 1.0}  # the history is the tier's
 
         expected = [DIVERTED, DIVERTED, DIVERTED, GOOD_PROBE] * 17
         got = []
         for _ in range(len(expected)):
             got.append(await d.ask(FLAKY))
         assert got == expected
-        assert proxy.router.adaptive.degraded == {}
-        assert proxy.router.adaptive.diverted == {}
+        assert proxy.runtime.adaptive.degraded == {}
+        assert proxy.runtime.adaptive.diverted == {}
         assert await _fake_requests(good_fast) - good_base == 17
 
         # 4. Back on fast, and no longer escalated.
         assert await d.ask(FLAKY) == ON_FAST
         assert await d.ask(FLAKY, stream=True) == ON_FAST
         assert await _fake_requests(good_fast) - good_base == 19
-        stats = await proxy.router.store.stats(600)
+        stats = await proxy.runtime.store.stats(600)
         flaky = stats["tools"]["fast"][FLAKY]
         assert (flaky["calls"], flaky["mistakes"]) == (26, {"invalid_json": 7})
         assert flaky["mistake_rate"] <= 0.3
@@ -518,12 +518,12 @@ async def test_streaming_calls_are_diverted_too(start_fake_: StartFake, proxy_: 
     bad_fast = await start_fake_(FakeConfig(seed=1, bad_tool_rates={FLAKY: 1.0}, bad_kinds=("schema_violation",)))
     full = await start_fake_(FakeConfig(seed=2))
     proxy = await proxy_(policy_text(bad_fast.url, full.url, extra=EXTRA, routes=ROUTES))
-    proxy.router.adaptive.interval = 3600.0
+    proxy.runtime.adaptive.interval = 3600.0
     async with openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0) as client:
         d = Driver(proxy, client)
         for i in range(5):
             assert await d.ask(FLAKY, stream=True) == ("full", "tools", "true", "schema_violation"), i
-        assert proxy.router.adaptive.degraded == {("tools", FLAKY): 1.0}
+        assert proxy.runtime.adaptive.degraded == {("tools", FLAKY): 1.0}
         got = [await d.ask(FLAKY, stream=True) for _ in range(4)]
         assert got == [DIVERTED, DIVERTED, DIVERTED, ("full", "tools:probe", "true", "schema_violation")]
         assert await d.ask(GOOD, stream=True) == ON_FAST
@@ -534,7 +534,7 @@ async def test_background_refresh_diverts_without_explicit_refresh(start_fake_: 
     bad_fast = await start_fake_(FakeConfig(seed=1, bad_tool_rates={FLAKY: 1.0}, bad_kinds=("invalid_json",)))
     full = await start_fake_(FakeConfig(seed=2))
     proxy = await proxy_(policy_text(bad_fast.url, full.url, extra=EXTRA, routes=ROUTES))
-    proxy.router.adaptive.interval = 0.05  # from the loop's next turn (within its first 2 s sleep)
+    proxy.runtime.adaptive.interval = 0.05  # from the loop's next turn (within its first 2 s sleep)
     choice = {"type": "function", "function": {"name": FLAKY}}
     async with openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0) as client:
         for _ in range(5):
@@ -543,10 +543,10 @@ async def test_background_refresh_diverts_without_explicit_refresh(start_fake_: 
             )
             assert raw.headers["x-router-route"] == "tools"
         for _ in range(100):  # at most 5 s: the loop's first sleep is 2 s, then every 0.05 s
-            if proxy.router.adaptive.degraded:
+            if proxy.runtime.adaptive.degraded:
                 break
             await asyncio.sleep(0.05)
-        assert proxy.router.adaptive.degraded == {("tools", FLAKY): 1.0}
+        assert proxy.runtime.adaptive.degraded == {("tools", FLAKY): 1.0}
         raw = await client.chat.completions.with_raw_response.create(
             model="auto", messages=USER, tools=TOOLS, tool_choice=choice
         )
@@ -560,14 +560,14 @@ async def test_tool_that_is_never_called_is_diverted(start_fake_: StartFake, pro
     bad_fast = await start_fake_(FakeConfig(seed=1, bad_tool_rates={FLAKY: 1.0}, bad_kinds=(kind,)))
     full = await start_fake_(FakeConfig(seed=2))
     proxy = await proxy_(policy_text(bad_fast.url, full.url, extra=EXTRA, routes=ROUTES))
-    proxy.router.adaptive.interval = 3600.0
+    proxy.runtime.adaptive.interval = 3600.0
     async with openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0) as client:
         d = Driver(proxy, client)
         for i in range(5):
             assert await d.ask(FLAKY) == ("full", "tools", "true", kind), i
-        stats = await proxy.router.store.stats(600)
+        stats = await proxy.runtime.store.stats(600)
         flaky = stats["tools"]["fast"][FLAKY]
         assert flaky["mistakes"] == {kind: 5}
         assert flaky["mistake_rate"] == 1.0
-        assert proxy.router.adaptive.degraded == {("tools", FLAKY): 1.0}
+        assert proxy.runtime.adaptive.degraded == {("tools", FLAKY): 1.0}
         assert await d.ask(FLAKY) == DIVERTED

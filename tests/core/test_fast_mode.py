@@ -93,7 +93,7 @@ async def metric(proxy: Proxy, line: str) -> bool:
 
 
 async def tier_stats(proxy: Proxy, tier: str) -> dict[str, Any]:
-    await proxy.router.store.flush()
+    await proxy.runtime.store.flush()
     stats = (await get(proxy.base + "/v1/router/stats")).json()
     result: dict[str, Any] = stats["tiers"][tier]
     return result
@@ -166,7 +166,7 @@ async def test_the_fast_mode_rate_limit_falls_back_and_keeps_the_tier(start_fake
     assert streamed["x-router-speed"] == "standard; fallback=rate_limited"
     statuses = [r["body"].get("speed") for r in await fake_requests(claude.url, path="/v1/messages")]
     assert statuses == ["fast", "fast", None, "fast", None]
-    assert proxy.router.breakers.snapshot().get("opus-fast", {}).get("failures", 0) == 0  # no failure of the tier
+    assert proxy.runtime.breakers.snapshot().get("opus-fast", {}).get("failures", 0) == 0  # no failure of the tier
     assert await metric(proxy, 'router_fast_mode_fallbacks_total{reason="rate_limited",tier="opus-fast"} 2.0')
     stats = await tier_stats(proxy, "opus-fast")
     assert (stats["calls"], stats["speeds"], stats["fast_mode_fallbacks"]) == (

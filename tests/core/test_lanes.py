@@ -120,8 +120,8 @@ async def test_forwarded_and_unknown_service_tiers(fake, proxy_) -> None:
     assert raw.headers["x-router-lane"] == "standard"  # no such lane: the call goes on untouched
     assert (await fake_requests(fake.url))[-1]["body"]["service_tier"] == "flexible"
     await sdk.chat.completions.create(model="auto", messages=USER, service_tier="other")  # type: ignore[arg-type]
-    await proxy.router.store.flush()
-    lanes = (await proxy.router.store.stats())["lanes"]
+    await proxy.runtime.store.flush()
+    lanes = (await proxy.runtime.store.stats())["lanes"]
     assert (lanes["priority"]["served"], lanes["unknown"]["standard"]) == (1, 2)  # client values are not keys
 
 
@@ -139,8 +139,8 @@ async def test_refused_lanes_and_unknown_header_lanes_are_errors(fake, proxy_) -
     )
     assert unknown.status == 400 and "warp" in unknown.json()["error"]["message"]
     assert await fake_requests(fake.url) == []
-    await proxy.router.store.flush()
-    assert (await proxy.router.store.stats())["lanes"] == {
+    await proxy.runtime.store.flush()
+    assert (await proxy.runtime.store.stats())["lanes"] == {
         "flex": {"served": 0, "standard": 0, "capped": 0, "refused": 2, "busy": 0}
     }
     metrics = (await get(proxy.base + "/metrics")).body.decode()
@@ -155,7 +155,7 @@ async def test_capped_lane(start_fake_, proxy_, over_limit: str) -> None:
     body = {"model": "auto", "messages": USER, "speed": "fast"}
     first = asyncio.create_task(post(proxy.url + "/chat/completions", body))
     for _ in range(200):  # until the first call holds the lane's only place
-        if proxy.router.lanes.inflight.get("fast"):
+        if proxy.runtime.lanes.inflight.get("fast"):
             break
         await asyncio.sleep(0.01)
     second = await post(proxy.url + "/chat/completions", body)
@@ -169,9 +169,9 @@ async def test_capped_lane(start_fake_, proxy_, over_limit: str) -> None:
     else:
         assert second.status == 429 and second.json()["error"]["code"] == "lane_busy"
         assert second.headers["retry-after"] == "1"
-    assert proxy.router.lanes.inflight["fast"] == 0  # every place was given back
-    await proxy.router.store.flush()
+    assert proxy.runtime.lanes.inflight["fast"] == 0  # every place was given back
+    await proxy.runtime.store.flush()
     outcome = "capped" if over_limit == "standard" else "busy"
-    assert (await proxy.router.store.stats())["lanes"]["fast"] == {
+    assert (await proxy.runtime.store.stats())["lanes"]["fast"] == {
         "served": 1, "standard": 0, "capped": int(outcome == "capped"), "refused": 0, "busy": int(outcome == "busy")
     }  # fmt: skip

@@ -29,8 +29,8 @@ def policy(repeat: str = "") -> str:
     return policy_text(UNUSED, extra=f"escalation: {escalation}\n")
 
 
-def counted(router: Any, outcome: str, route: str = "simple-tool-call") -> float:
-    return router.metrics.repeats.labels(route, outcome)._value.get()  # type: ignore[no-any-return]
+def counted(runtime: Any, outcome: str, route: str = "simple-tool-call") -> float:
+    return runtime.metrics.repeats.labels(route, outcome)._value.get()  # type: ignore[no-any-return]
 
 
 # -- the memory ------------------------------------------------------------------------------------
@@ -88,18 +88,18 @@ def test_a_resampled_call_has_the_temperature_and_not_the_clients_seed() -> None
 # -- the rule, through the pipeline ----------------------------------------------------------------
 async def test_a_repeat_is_resampled_on_the_strongest_tier_and_forgotten_once_it_passes(tmp_path: Path) -> None:
     fast, full = Scripted("fast", [BAD, GOOD]), Scripted("full", [BAD, GOOD])
-    async with started(policy(), tmp_path, fast=fast, full=full) as router:
+    async with started(policy(), tmp_path, fast=fast, full=full) as runtime:
         with pytest.raises(ChecksFailed) as first:
-            await pipeline.complete(router, ask("weather?", tools=True))
+            await pipeline.complete(runtime, ask("weather?", tools=True))
         assert first.value.should_retry and "run again resampled" in first.value.message
         assert first.value.attempts is not None and router_headers(first.value.attempts)["x-router-exhausted"] == "true"
-        attempts, reply = await pipeline.complete(router, ask("weather?", tools=True))  # the agent's retry
+        attempts, reply = await pipeline.complete(runtime, ask("weather?", tools=True))  # the agent's retry
         assert attempts.repeat == "resampled" and attempts.tried == ["full"] and reply.data["model"] == "full"
         assert router_headers(attempts)["x-router-repeat"] == "resampled"
         assert orjson.loads(summary(attempts))["repeat"] == "resampled"
-        attempts, _ = await pipeline.complete(router, ask("weather?", tools=True))  # passed: forgotten
+        attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))  # passed: forgotten
         assert attempts.repeat is None and attempts.tried == ["fast"]
-        assert (counted(router, "resampled"), counted(router, "answered"), counted(router, "refused")) == (1, 1, 0)
+        assert (counted(runtime, "resampled"), counted(runtime, "answered"), counted(runtime, "refused")) == (1, 1, 0)
     assert [("temperature" in b, "seed" in b) for b in fast.bodies] == [(False, False), (False, False)]
     assert full.bodies[0].get("temperature") is None  # the first run's escalation: as the client asked
     assert full.bodies[1]["temperature"] == 0.7  # the repeat: sampled
@@ -107,48 +107,48 @@ async def test_a_repeat_is_resampled_on_the_strongest_tier_and_forgotten_once_it
 
 async def test_a_resampled_run_keeps_to_its_tier_and_the_last_one_tells_the_client_to_stop(tmp_path: Path) -> None:
     fast, full = Scripted("fast", [BAD]), Scripted("full", [BAD, BAD, BAD])
-    async with started(policy("{resample: 1}"), tmp_path, fast=fast, full=full) as router:
+    async with started(policy("{resample: 1}"), tmp_path, fast=fast, full=full) as runtime:
         with pytest.raises(ChecksFailed):
-            await pipeline.complete(router, ask("weather?", tools=True))
+            await pipeline.complete(runtime, ask("weather?", tools=True))
         with pytest.raises(ChecksFailedRepeatedly) as last:
-            await pipeline.complete(router, ask("weather?", tools=True))
+            await pipeline.complete(runtime, ask("weather?", tools=True))
         assert not last.value.should_retry and "in each of its last 2 runs" in last.value.message
         assert last.value.attempts.tried == ["full", "full"]  # both attempts on the resample tier, sampled
         with pytest.raises(ChecksFailedRepeatedly) as refused:
-            await pipeline.complete(router, ask("weather?", tools=True))
+            await pipeline.complete(runtime, ask("weather?", tools=True))
         headers = error_headers(refused.value)
         assert headers["x-router-repeat"] == "refused" and headers["x-should-retry"] == "false"
         assert headers["x-router-route"] == "simple-tool-call" and "x-router-exhausted" not in headers
-        assert counted(router, "refused") == 1 and counted(router, "answered") == 0
+        assert counted(runtime, "refused") == 1 and counted(runtime, "answered") == 0
     assert len(fast.bodies) == 1 and len(full.bodies) == 3  # the refused repeat called no tier
     assert [b.get("temperature") for b in full.bodies] == [None, 0.7, 0.7]
 
 
 async def test_resample_zero_refuses_the_first_repeat_and_null_runs_repeats_as_they_come(tmp_path: Path) -> None:
     fast, full = Scripted("fast", [BAD]), Scripted("full", [BAD])
-    async with started(policy("{resample: 0}"), tmp_path, fast=fast, full=full) as router:
+    async with started(policy("{resample: 0}"), tmp_path, fast=fast, full=full) as runtime:
         with pytest.raises(ChecksFailedRepeatedly):  # no repeat would run: not retryable at once
-            await pipeline.complete(router, ask("weather?", tools=True))
+            await pipeline.complete(runtime, ask("weather?", tools=True))
         with pytest.raises(ChecksFailedRepeatedly) as refused:
-            await pipeline.complete(router, ask("weather?", tools=True))
+            await pipeline.complete(runtime, ask("weather?", tools=True))
         assert refused.value.attempts.tried == []
     fast, full = Scripted("fast", [BAD, BAD]), Scripted("full", [BAD, BAD])
-    async with started(policy("null"), tmp_path, fast=fast, full=full) as router:
+    async with started(policy("null"), tmp_path, fast=fast, full=full) as runtime:
         for _ in range(2):
             with pytest.raises(ChecksFailed) as failed:
-                await pipeline.complete(router, ask("weather?", tools=True))
+                await pipeline.complete(runtime, ask("weather?", tools=True))
             assert failed.value.should_retry and failed.value.attempts.repeat is None
-        assert len(router.repeats) == 0
+        assert len(runtime.repeats) == 0
     assert [b.get("temperature") for b in fast.bodies + full.bodies] == [None] * 4
 
 
 async def test_the_repeat_tier_is_the_policys_own(tmp_path: Path) -> None:
     yaml = policy("{tier: fast}")
     fast, full = Scripted("fast", [BAD, GOOD]), Scripted("full", [BAD])
-    async with started(yaml, tmp_path, fast=fast, full=full) as router:
+    async with started(yaml, tmp_path, fast=fast, full=full) as runtime:
         with pytest.raises(ChecksFailed):
-            await pipeline.complete(router, ask("weather?", tools=True))
-        attempts, _ = await pipeline.complete(router, ask("weather?", tools=True))
+            await pipeline.complete(runtime, ask("weather?", tools=True))
+        attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))
     assert attempts.tried == ["fast"] and fast.bodies[1]["temperature"] == 0.7
     with pytest.raises(PolicyError) as bad:
         parse_policy(policy("{tier: nowhere}"), "p.yaml", {})
@@ -158,8 +158,8 @@ async def test_the_repeat_tier_is_the_policys_own(tmp_path: Path) -> None:
 async def test_a_streams_error_after_its_text_says_the_text_was_all_it_got(tmp_path: Path) -> None:
     announced = text("I will call get_weather now.")  # missing_tool_call, its text streamed as it came
     fast, full = Scripted("fast", [announced]), Scripted("full", [announced])
-    async with started(policy(), tmp_path, fast=fast, full=full) as router:
-        attempts, chunks = await pipeline.stream(router, ask("weather?", tools=True, stream=True))
+    async with started(policy(), tmp_path, fast=fast, full=full) as runtime:
+        attempts, chunks = await pipeline.stream(runtime, ask("weather?", tools=True, stream=True))
         got: list[dict[str, Any]] = []
         with pytest.raises(ChecksFailed) as failed:
             async for chunk in chunks:

@@ -61,15 +61,15 @@ async def call(proxy: Proxy, tool: str | None = "good", content: str = "do it", 
 
 async def settled(proxy: Proxy) -> dict[str, Any]:
     """Stats once every shadow comparison is done and counted."""
-    await proxy.router.shadow.drain()
-    await proxy.router.store.flush()
+    await proxy.runtime.shadow.drain()
+    await proxy.runtime.store.flush()
     headers = {"authorization": f"Bearer {CLIENT_KEY}"}
     async with aiohttp.ClientSession() as s, s.get(proxy.base + "/v1/router/stats", headers=headers) as r:
         return dict(await r.json())
 
 
 def metric(proxy: Proxy, name: str, **labels: str) -> float:
-    return proxy.router.metrics.registry.get_sample_value(name, labels) or 0.0
+    return proxy.runtime.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 Start = Callable[..., Awaitable[Any]]
@@ -99,7 +99,7 @@ async def test_answers_are_compared_in_the_background_and_agreement_counted(
         "Answer A (fast model):\ncall bad({})" in prompt
         and 'Answer B (reference model):\ncall good({"ref": true})' in prompt
     )
-    samples = await proxy.router.store.samples_get("tools", 10)
+    samples = await proxy.runtime.store.samples_get("tools", 10)
     assert len(samples) == 4 and {s.tier for s in samples} == {"fast"}
     assert {s.reference_tier for s in samples} == {"full"}
     failed = samples[0]  # newest first: the `bad` call
@@ -116,7 +116,7 @@ async def test_off_by_default(ref: Reference, fake: FakeServer, proxy_: Start) -
     await call(proxy, "bad", stream=True)
     stats = await settled(proxy)
     assert stats["shadow"] == {} and ref.answers == [] and ref.questions == []
-    assert await proxy.router.store.samples_get("tools", 10) == []
+    assert await proxy.runtime.store.samples_get("tools", 10) == []
 
 
 async def test_streams_are_shadowed_and_the_reference_tier_itself_is_not(
@@ -131,9 +131,9 @@ async def test_streams_are_shadowed_and_the_reference_tier_itself_is_not(
     assert stats["shadow"] == {
         "tools": {"samples": 1, "agreed": 0, "disagreed": 1, "unsure": 0, "errors": 0, "agreement": 0.0}
     }
-    (sample,) = await proxy.router.store.samples_get("tools", 10)
+    (sample,) = await proxy.runtime.store.samples_get("tools", 10)
     assert sample.request["stream"] is True and sample.answer["tool_calls"][0]["function"]["name"] == "bad"
-    assert await proxy.router.store.samples_get("default", 10) == []
+    assert await proxy.runtime.store.samples_get("default", 10) == []
 
 
 async def test_the_client_never_waits_and_work_in_flight_is_bounded(
@@ -143,12 +143,12 @@ async def test_the_client_never_waits_and_work_in_flight_is_bounded(
     ref.gate = asyncio.Event()  # the reference tier answers nothing until the test lets it
     replies = await asyncio.wait_for(asyncio.gather(*(call(proxy, "good") for _ in range(6))), 30)
     assert [r.headers["x-router-tier"] for r in replies] == ["fast"] * 6  # every call answered meanwhile
-    assert proxy.router.shadow.inflight == 2
+    assert proxy.runtime.shadow.inflight == 2
     assert metric(proxy, "router_shadow_inflight") == 2
     assert metric(proxy, "router_shadow_dropped_total", route="tools", reason="busy") == 4
     ref.gate.set()
     stats = await settled(proxy)
-    assert stats["shadow"]["tools"]["samples"] == 2 and len(await proxy.router.store.samples_get("tools", 10)) == 2
+    assert stats["shadow"]["tools"]["samples"] == 2 and len(await proxy.runtime.store.samples_get("tools", 10)) == 2
     assert metric(proxy, "router_shadow_inflight") == 0
 
 
@@ -158,7 +158,7 @@ async def test_failures_and_unreadable_verdicts_are_counted_apart(
     proxy: Proxy = await proxy_(policy(fake.url, ref.url))
     ref.fail = True
     assert (await call(proxy, "good")).headers["x-router-tier"] == "fast"
-    await proxy.router.shadow.drain()
+    await proxy.runtime.shadow.drain()
     ref.fail, ref.judge = False, "garbage"
     await call(proxy, "good")
     stats = await settled(proxy)
@@ -170,7 +170,7 @@ async def test_failures_and_unreadable_verdicts_are_counted_apart(
         "errors": 1,
         "agreement": None,
     }
-    unsure, failed = await proxy.router.store.samples_get("tools", 10)
+    unsure, failed = await proxy.runtime.store.samples_get("tools", 10)
     assert failed.reference is None and failed.verdict is None  # kept: `agent-router qa` can retry it
     assert unsure.verdict is not None and unsure.verdict["unsure"] is True and unsure.verdict["pass"] is False
     assert metric(proxy, "router_shadow_total", route="tools", outcome="error") == 1
@@ -181,7 +181,7 @@ async def test_record_mode_only_keeps_the_sample(ref: Reference, fake: FakeServe
     await call(proxy, "bad")
     stats = await settled(proxy)
     assert ref.answers == [] and ref.questions == [] and stats["shadow"] == {}
-    (sample,) = await proxy.router.store.samples_get("tools", 10)
+    (sample,) = await proxy.runtime.store.samples_get("tools", 10)
     assert sample.reference is None and sample.verdict is None and sample.reference_tier == ""
     assert metric(proxy, "router_shadow_total", route="tools", outcome="recorded") == 1
 
@@ -194,7 +194,7 @@ async def test_stored_samples_are_redacted(ref: Reference, fake: FakeServer, pro
     )
     await call(proxy, "good", content=secret_text, max_tokens=128)
     await settled(proxy)
-    (sample,) = await proxy.router.store.samples_get("tools", 10)
+    (sample,) = await proxy.runtime.store.samples_get("tools", 10)
     stored = orjson.dumps([sample.request, sample.answer, sample.reference, sample.verdict]).decode()
     for secret in (CLIENT_KEY, TIER_KEY, "abcdef123456", "ghp_0123456789", "hunter22", "s3cr3t-v4lue"):
         assert secret not in stored
@@ -210,7 +210,7 @@ async def test_too_large_requests_are_not_shadowed(ref: Reference, fake: FakeSer
     await call(proxy, "good")
     await settled(proxy)
     assert metric(proxy, "router_shadow_dropped_total", route="tools", reason="too_large") == 1
-    assert len(ref.answers) == 1 and len(await proxy.router.store.samples_get("tools", 10)) == 1
+    assert len(ref.answers) == 1 and len(await proxy.runtime.store.samples_get("tools", 10)) == 1
 
 
 def test_shadow_option_defaults_and_tier_references() -> None:

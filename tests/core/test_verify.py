@@ -94,7 +94,7 @@ async def ask(proxy: Proxy, content: str = "do it", choice: Any = NAMED, tools: 
 
 
 def metric(proxy: Proxy, name: str, **labels: str) -> float:
-    value = proxy.router.metrics.registry.get_sample_value(name, labels)
+    value = proxy.runtime.metrics.registry.get_sample_value(name, labels)
     return value or 0.0
 
 
@@ -127,7 +127,7 @@ async def test_judge_accepts_rejects_escalates_and_caches(
     )
     assert metric(proxy, "router_verifier_seconds_count", verifier="judge", route="tools") == 3
     assert metric(proxy, "router_mistakes_total", tier="fast", route="tools", kind="verifier_reject") == 2
-    stats = await proxy.router.store.stats()
+    stats = await proxy.runtime.store.stats()
     assert stats["tiers"]["fast"]["mistakes"].get("verifier_reject") == 2
 
 

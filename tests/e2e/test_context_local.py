@@ -70,7 +70,7 @@ async def proxy(servers: tuple[CppServer, CppServer], proxy_: Any) -> Any:
     text = policy_text(fast.url, full.url, extra="escalation: {to: full}\n")
     text = text.replace("first_token: 5, total: 20", "first_token: 120, total: 300")  # a prefill on one thread
     running = await proxy_(text)
-    await running.router.windows.settled(10)
+    await running.runtime.windows.settled(10)
     return running
 
 

@@ -139,7 +139,7 @@ def next_turn(messages: list[dict[str, Any]], raw: Any) -> list[dict[str, Any]]:
 async def settled(proxy: Proxy, tier: str) -> None:
     """Until the warm-ups queued for `tier` are done (bounded)."""
     for _ in range(600):
-        if proxy.router.warming.pending(tier) == 0:
+        if proxy.runtime.warming.pending(tier) == 0:
             return
         await asyncio.sleep(0.2)
     pytest.fail(f"the warm-ups of {tier} did not finish in 120 s")
@@ -191,7 +191,7 @@ async def test_each_turn_reads_only_what_it_adds_on_every_tier(session_proxy: tu
     assert reused >= total - 2 and evaluated <= 1.1 * added + 4, (evaluated, reused, added)
 
     async with httpx.AsyncClient(base_url=proxy.base, timeout=10) as http:
-        await proxy.router.store.flush()
+        await proxy.runtime.store.flush()
         stats = (await http.get("/v1/router/stats")).json()
         metrics = (await http.get("/metrics")).text
     assert stats["tiers"]["fast"]["prompt_tokens"]["reused"] > 3 * 1500

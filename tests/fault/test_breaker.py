@@ -69,7 +69,7 @@ async def test_an_endless_tier_is_skipped_after_three_cuts_and_tried_again_after
     full = await start_fake_(FakeConfig(seed=2))
     policy = with_breakers(policy_text(endless.url, full.url, extra="escalation: {to: full}\n"))
     proxy = await proxy_(policy, **LIMITS)
-    clock = proxy.router.breakers.clock = Clock()
+    clock = proxy.runtime.breakers.clock = Clock()
 
     for n in range(1, 4):  # each call reads the endless tier to its bound, then escalates
         status, headers, body = await call(proxy)
@@ -104,7 +104,7 @@ async def test_an_endless_tier_is_skipped_after_three_cuts_and_tried_again_after
     assert (status, headers["x-router-mistakes"]) == (200, "tier_open")
     assert await cuts(proxy) == 4
     assert value(await metrics(proxy), 'router_tier_openings_total{tier="fast"}') == 2.0
-    assert proxy.router.inflight == 0
+    assert proxy.runtime.inflight == 0
 
 
 async def test_with_no_tier_left_the_call_is_a_retryable_503_in_each_apis_shape(start_fake_, proxy_) -> None:
@@ -112,7 +112,7 @@ async def test_with_no_tier_left_the_call_is_a_retryable_503_in_each_apis_shape(
     routes = "routes:\n  - {name: all, use: fast}\n"  # and no escalation chain: no tier after fast
     policy = with_breakers(policy_text(endless.url, routes=routes, extra="escalation: {max_attempts: 1}\n"))
     proxy = await proxy_(policy, **LIMITS)
-    clock = proxy.router.breakers.clock = Clock()
+    clock = proxy.runtime.breakers.clock = Clock()
     for _ in range(3):
         status, _, body = await call(proxy)
         assert status == 502, body  # the only tier was cut: an upstream error
@@ -133,7 +133,7 @@ async def test_with_no_tier_left_the_call_is_a_retryable_503_in_each_apis_shape(
     assert (raw.status, raw.headers["retry-after"]) == (503, "8")  # before the first byte: a plain error
     assert await cuts(proxy) == 3
     assert value(await metrics(proxy), 'router_refused_total{reason="tier_open"}') == 3.0
-    assert proxy.router.inflight == 0
+    assert proxy.runtime.inflight == 0
 
 
 async def test_wrong_tool_calls_and_client_errors_never_open_a_tier(start_fake_, proxy_) -> None:

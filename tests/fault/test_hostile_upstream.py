@@ -59,7 +59,7 @@ async def test_an_endless_json_body_from_the_only_tier_is_a_502(start_fake_, pro
         raw = await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER})
     error = assert_error_body(raw, 502, type_="upstream_error")
     assert "over the limit" in error["message"]
-    assert proxy.router.inflight == 0
+    assert proxy.runtime.inflight == 0
 
 
 @pytest.mark.timeout(60)

@@ -112,7 +112,7 @@ async def test_malformed_answer_from_the_only_tier_is_a_502(bad, proxy_, mode: s
     err = events[-1]
     assert set(err) == {"error"} and set(err["error"]) == ERROR_KEYS and err["error"]["code"] == "upstream_error"
     assert trailer(streamed.body)["mistakes"] == ["upstream_error"]
-    assert proxy.router.inflight == 0
+    assert proxy.runtime.inflight == 0
 
 
 @pytest.mark.parametrize("mode", list(MESSAGES))

@@ -42,7 +42,7 @@ the same outcomes are an HTTP error before the stream starts, a ``response.compl
 ``response.created``/``in_progress``).
 
 For every row and transport: the call ends within its deadline plus a margin (each call runs under
-``asyncio.timeout``). After every row: the proxy has no call in flight (``router.inflight == 0``),
+``asyncio.timeout``). After every row: the proxy has no call in flight (``runtime.inflight == 0``),
 its upstream pools hold no acquired connection, each fake's ``open_connections`` is back to the
 keep-alive connections the pool holds (plus the one asking), and no task is left over — every task
 created during the row has finished (the fakes' per-connection tasks are counted as connections).
@@ -474,7 +474,7 @@ async def fake_connections(url: str) -> int:
 
 def pool(proxy: Proxy, tier: str) -> tuple[int, int]:
     """(idle keep-alive connections, acquired connections) of the proxy's pool for `tier`."""
-    session = proxy.router.upstreams[tier]._session  # type: ignore[attr-defined]
+    session = proxy.runtime.upstreams[tier]._session  # type: ignore[attr-defined]
     connector = session.connector
     idle = sum(len(conns) for conns in connector._conns.values())
     return idle, len(connector._acquired)
@@ -492,16 +492,16 @@ async def assert_no_leaks(proxy: Proxy, tiers: dict[str, Fake | None], before: s
         pools = {tier: pool(proxy, tier) for tier in tiers}
         opened = {tier: await fake_connections(f.url) for tier, f in tiers.items() if f is not None}
         balanced = all(opened[t] == pools[t][0] and pools[t][1] == 0 for t in opened)
-        if proxy.router.inflight == 0 and not leftover and balanced:
+        if proxy.runtime.inflight == 0 and not leftover and balanced:
             break
         if time.monotonic() > deadline:
             raise AssertionError(
-                f"leak: inflight={proxy.router.inflight} tasks={[_name(t) for t in leftover]} "
+                f"leak: inflight={proxy.runtime.inflight} tasks={[_name(t) for t in leftover]} "
                 f"fake connections={opened} pools (idle, acquired)={pools}"
             )
         await asyncio.sleep(0.05)
     for tier, (idle, acquired) in pools.items():
-        assert acquired == 0 and idle <= proxy.router.policy.current.models[tier].max_connections, (tier, idle)
+        assert acquired == 0 and idle <= proxy.runtime.policy.current.models[tier].max_connections, (tier, idle)
 
 
 # ------------------------------------------------------------------------------ the matrix

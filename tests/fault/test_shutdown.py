@@ -151,4 +151,4 @@ async def test_each_ending_is_counted(start_fake_, proxy_) -> None:
     finally:
         await session.close()
     await stopping
-    assert proxy.router.metrics.limits.labels("shutdown_cut")._value.get() == 5
+    assert proxy.runtime.metrics.limits.labels("shutdown_cut")._value.get() == 5

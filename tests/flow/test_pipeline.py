@@ -30,8 +30,8 @@ def ask(content: str, *, tools: bool = False, stream: bool = False) -> Call:
 
 async def test_complete_answers_from_the_routed_tier(tmp_path: Path) -> None:
     fast, full = Scripted("fast", [call("get_weather", '{"city": "Paris"}')]), Scripted("full", [])
-    async with started(POLICY, tmp_path, fast=fast, full=full) as router:
-        attempts, reply = await pipeline.complete(router, ask("weather in Paris?", tools=True))
+    async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
+        attempts, reply = await pipeline.complete(runtime, ask("weather in Paris?", tools=True))
     assert (attempts.tier, attempts.route, attempts.tried) == ("fast", "simple-tool-call", ["fast"])
     assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
     assert fast.bodies[0]["messages"][0]["content"] == "weather in Paris?"
@@ -41,8 +41,8 @@ async def test_complete_answers_from_the_routed_tier(tmp_path: Path) -> None:
 async def test_complete_escalates_a_mistake_to_the_stronger_tier(tmp_path: Path) -> None:
     fast = Scripted("fast", [call("get_weather", '{"city": ')])  # cut-off arguments: invalid_json
     full = Scripted("full", [call("get_weather", '{"city": "Oslo"}')])
-    async with started(POLICY, tmp_path, fast=fast, full=full) as router:
-        attempts, reply = await pipeline.complete(router, ask("weather in Oslo?", tools=True))
+    async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
+        attempts, reply = await pipeline.complete(runtime, ask("weather in Oslo?", tools=True))
     assert attempts.tried == ["fast", "full"] and attempts.escalated and attempts.mistakes == ["invalid_json"]
     assert reply.data["model"] == "full"
 
@@ -50,8 +50,8 @@ async def test_complete_escalates_a_mistake_to_the_stronger_tier(tmp_path: Path)
 async def test_stream_sends_text_as_it_comes_and_hides_an_escalated_call(tmp_path: Path) -> None:
     fast = Scripted("fast", [call("get_weather", "not json")])
     full = Scripted("full", [call("get_weather", '{"city": "Rome"}')])
-    async with started(POLICY, tmp_path, fast=fast, full=full) as router:
-        attempts, chunks = await pipeline.stream(router, ask("weather in Rome?", tools=True, stream=True))
+    async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
+        attempts, chunks = await pipeline.stream(runtime, ask("weather in Rome?", tools=True, stream=True))
         sent = [c.data async for c in chunks]
     assert attempts.tried == ["fast", "full"]
     deltas = [c["choices"][0]["delta"] for c in sent if c.get("choices")]
@@ -63,8 +63,8 @@ async def test_stream_sends_text_as_it_comes_and_hides_an_escalated_call(tmp_pat
 
 async def test_stream_of_text(tmp_path: Path) -> None:
     fast = Scripted("fast", [text("hello there")])
-    async with started(POLICY, tmp_path, fast=fast, full=Scripted("full", [text("I am full")])) as router:
-        attempts, chunks = await pipeline.stream(router, ask("hi", stream=True))
+    async with started(POLICY, tmp_path, fast=fast, full=Scripted("full", [text("I am full")])) as runtime:
+        attempts, chunks = await pipeline.stream(runtime, ask("hi", stream=True))
         sent = [c.data async for c in chunks]
     assert attempts.tier == "full"  # the default route
     content = "".join(c["choices"][0]["delta"].get("content") or "" for c in sent if c.get("choices"))
@@ -76,9 +76,9 @@ async def test_an_upstream_error_on_the_last_tier_is_raised(tmp_path: Path) -> N
     error = UpstreamError("tier 'full' is down", tier="full")
     full = Scripted("full", [error, error, error])
     policy = policy_text(UNUSED, extra="escalation: {to: full, on: [invalid_json]}\n")
-    async with started(policy, tmp_path, fast=Scripted("fast", []), full=full) as router:
+    async with started(policy, tmp_path, fast=Scripted("fast", []), full=full) as runtime:
         with pytest.raises(UpstreamError):
-            await pipeline.complete(router, ask("hi"))
+            await pipeline.complete(runtime, ask("hi"))
     assert len(full.bodies) == 1  # `upstream_error` is not in `on`: no second try
 
 
@@ -122,8 +122,8 @@ async def test_stream_events_received_together_are_sent_together_and_the_held_pa
         [{"role": "assistant"}, {"content": "a"}, {"content": "b"}],
         [{"content": "c"}, {"content": "d"}, {"finish": "stop"}],  # the finish is held until judged
     ]
-    async with started(POLICY, tmp_path, fast=Scripted("fast", []), full=Reads("full", reads)) as router:
-        _, chunks = await pipeline.stream(router, ask("hi", stream=True))
+    async with started(POLICY, tmp_path, fast=Scripted("fast", []), full=Reads("full", reads)) as runtime:
+        _, chunks = await pipeline.stream(runtime, ask("hi", stream=True))
         sent = [c async for c in chunks]
     # one write per read; the held finish is marked `more`: the transport writes it with the stream's end
     assert writes(sent) == [["role", "a", "b"], ["c", "d"], ["finish:stop"]]
@@ -134,9 +134,9 @@ async def test_stream_events_received_before_a_failure_are_sent(tmp_path: Path) 
     down = UpstreamError("tier 'fast' closed the connection", tier="fast")
     fast = Reads("fast", [[{"role": "assistant"}, {"content": "a"}, down]])
     full = Reads("full", [[{"role": "assistant"}, {"content": "b"}, {"finish": "stop"}]])
-    async with started(POLICY, tmp_path, fast=fast, full=full) as router:
+    async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
         body = {"model": "fast", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-        attempts, chunks = await pipeline.stream(router, chat_call(orjson.dumps(body), {}))
+        attempts, chunks = await pipeline.stream(runtime, chat_call(orjson.dumps(body), {}))
         sent = [c async for c in chunks]
     assert attempts.tried == ["fast", "full"]
     # fast's text went out before its failure (as one write); full's follows after a blank line (its
@@ -149,14 +149,14 @@ async def test_a_finished_call_leaves_none_of_its_objects_to_the_cycle_collector
     trace, body and answer must not hang off it, or each call's objects wait for a collection."""
     fast = Scripted("fast", [call("get_weather", '{"city": "Paris"}')] * 30)
     full = Scripted("full", [text("hi")] * 20)
-    async with started(POLICY, tmp_path, fast=fast, full=full) as router:
-        await pipeline.complete(router, ask("warm up", tools=True))
+    async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
+        await pipeline.complete(runtime, ask("warm up", tools=True))
         gc.collect()
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
             for _ in range(10):
-                await pipeline.complete(router, ask("weather in Paris?", tools=True))
-                _, chunks = await pipeline.stream(router, ask("weather in Paris?", tools=True, stream=True))
+                await pipeline.complete(runtime, ask("weather in Paris?", tools=True))
+                _, chunks = await pipeline.stream(runtime, ask("weather in Paris?", tools=True, stream=True))
                 [c async for c in chunks]
             gc.collect()
             kept = {type(o).__qualname__ for o in gc.garbage if type(o).__module__.startswith("router.")}

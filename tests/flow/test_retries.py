@@ -29,15 +29,15 @@ def down() -> UpstreamError:
     return UpstreamError("tier 'full' is down", tier="full")
 
 
-async def tenacity_only(router: Runtime, call: Call) -> tuple[Any, Reply]:
+async def tenacity_only(runtime: Runtime, call: Call) -> tuple[Any, Reply]:
     """The pipeline's JSON flow with every attempt in tenacity's loop (the reference)."""
-    attempts = await pipeline.begin(router, call)
+    attempts = await pipeline.begin(runtime, call)
     try:
         async for attempt in attempts.attempts():
             with attempt:
                 reply = await pipeline._answer(attempts)
     finally:
-        router.lanes.leave(attempts.lane)
+        runtime.lanes.leave(attempts.lane)
     return attempts, reply
 
 
@@ -68,9 +68,9 @@ async def run(
     policy = policy_text(UNUSED, extra=f"escalation: {escalate}\n", routes=routes)
     fast, full = Scripted("fast", fast_script), Scripted("full", full_script)
     seen: dict[str, Any] = {}
-    async with started(policy, tmp_path, fast=fast, full=full) as router:
+    async with started(policy, tmp_path, fast=fast, full=full) as runtime:
         try:
-            attempts, reply = await flow(router, ask("weather?", tools=True))
+            attempts, reply = await flow(runtime, ask("weather?", tools=True))
             seen.update(tried=attempts.tried, mistakes=attempts.mistakes, exhausted=attempts.exhausted)
             seen.update(model=reply.data["model"])
         except Exception as exc:
@@ -105,8 +105,8 @@ async def test_backoff_is_asked_per_failed_attempt_with_its_number(
 async def test_a_stream_escalates_after_its_first_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     policy = policy_text(UNUSED, extra="escalation: {to: full}\n")
     fast, full = Scripted("fast", [BAD]), Scripted("full", [text("fine")])
-    async with started(policy, tmp_path, fast=fast, full=full) as router:
-        attempts, chunks = await pipeline.stream(router, ask("weather?", tools=True, stream=True))
+    async with started(policy, tmp_path, fast=fast, full=full) as runtime:
+        attempts, chunks = await pipeline.stream(runtime, ask("weather?", tools=True, stream=True))
         sent = [c async for c in chunks]
     assert attempts.tried == ["fast", "full"] and attempts.mistakes == ["schema_violation"]
     assert "".join(c.data["choices"][0]["delta"].get("content") or "" for c in sent).strip() == "fine"

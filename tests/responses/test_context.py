@@ -21,7 +21,7 @@ async def tiers(start_fake_: Any, proxy_: Any) -> Any:
     fast = await start_fake_(FakeConfig(n_ctx=128))
     full = await start_fake_(FakeConfig(n_ctx=1024))
     proxy = await proxy_(policy_text(fast.url, full.url, extra="escalation: {to: full}\n"))
-    await proxy.router.windows.settled(5)
+    await proxy.runtime.windows.settled(5)
     return full, proxy
 
 

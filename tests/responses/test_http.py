@@ -208,7 +208,7 @@ async def test_a_tool_type_no_header_can_hold_is_named_escaped(fake, proxy_, str
         await r.read()
         assert r.status == 200
         assert r.headers["x-router-dropped-tools"] == "a\\nb, \\u2603"
-    assert proxy.router.inflight == 0
+    assert proxy.runtime.inflight == 0
 
 
 async def test_unauthorized(fake, proxy_, sdk) -> None:
@@ -234,4 +234,4 @@ async def test_sse_client_disconnect_cancels_the_upstream_stream(start_fake_, pr
             break
         await asyncio.sleep(0.02)
     assert now < during, (during, now)
-    assert proxy.router.inflight == 0
+    assert proxy.runtime.inflight == 0

@@ -26,14 +26,14 @@ ProxyFactory = Callable[..., Awaitable[Proxy]]
 
 def lookups(proxy: Proxy, outcome: str) -> float:
     labels = {"op": "lookup", "outcome": outcome}
-    return proxy.router.metrics.registry.get_sample_value("router_response_state_total", labels) or 0.0
+    return proxy.runtime.metrics.registry.get_sample_value("router_response_state_total", labels) or 0.0
 
 
 async def stored(proxy: Proxy, n: int) -> None:
     """Wait until the proxy's writer has stored `n` responses (the test then kills the backend)."""
     labels = {"op": "write", "outcome": "stored"}
     for _ in range(500):
-        if (proxy.router.metrics.registry.get_sample_value("router_response_state_total", labels) or 0) >= n:
+        if (proxy.runtime.metrics.registry.get_sample_value("router_response_state_total", labels) or 0) >= n:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"{n} responses were not stored")
@@ -190,11 +190,11 @@ async def test_a_locked_store_never_holds_back_an_answer(
         stream = await client.responses.create(model="auto", previous_response_id=first.id, input="two", stream=True)
         async for event in stream:
             if event.type == "response.completed":
-                assert proxy.router.responses.queued == 1  # out, while its write waits for the lock
+                assert proxy.runtime.responses.queued == 1  # out, while its write waits for the lock
         async with client.responses.connect() as conn:
             await conn.response.create(model="auto", previous_response_id=event.response.id, input="three")
             done = (await recv_response(conn))[-1]
-            assert done.type == "response.completed" and proxy.router.responses.queued >= 1
+            assert done.type == "response.completed" and proxy.runtime.responses.queued >= 1
     finally:
         lock.execute("ROLLBACK")
         lock.close()

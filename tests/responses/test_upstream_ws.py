@@ -258,7 +258,7 @@ async def test_an_oversized_upstream_event_is_the_tiers_failure(start_fake_, pro
         await conn.response.create(model="auto", input="Write a lot.", tools=FILES, tool_choice="none")
         events = await recv_response(conn)
     assert events[-1].type == "response.completed" and events[-1].model_extra["router"]["tier"] == "full"
-    assert b'router_limits_tripped_total{limit="upstream_body"} 1.0' in proxy.router.metrics.render()
+    assert b'router_limits_tripped_total{limit="upstream_body"} 1.0' in proxy.runtime.metrics.render()
     assert len(socket_messages(await fake_log(fast.url))) == 1
 
 

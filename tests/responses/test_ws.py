@@ -182,7 +182,7 @@ async def test_disconnect_mid_response_cancels_the_upstream_stream(start_fake_, 
             break
         await asyncio.sleep(0.02)
     assert now < during, (during, now)
-    assert proxy.router.inflight == 0
+    assert proxy.runtime.inflight == 0
 
 
 async def test_upstream_failure_is_an_error_event_and_the_socket_stays(start_fake_, proxy_, sdk) -> None:
@@ -196,4 +196,4 @@ async def test_upstream_failure_is_an_error_event_and_the_socket_stays(start_fak
         assert failed[-1].code == "upstream_error" and failed[-1].model_extra["status"] == 502
         await conn.response.create(model="auto", input="Weather?", tools=TOOLS)
         assert (await recv_response(conn))[-1].type == "response.completed"
-    assert proxy.router.inflight == 0
+    assert proxy.runtime.inflight == 0

@@ -61,7 +61,7 @@ class Stack:
         self.url = ""
         self.fast_url = ""
         self.full_url = ""
-        self.router: Runtime | None = None
+        self.runtime: Runtime | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -89,17 +89,17 @@ class Stack:
 
     def call(self, fn: Callable[[Runtime], Awaitable[T]], timeout: float = 10) -> T:
         """Run `fn(router)` on the stack's loop and return its result."""
-        assert self._loop is not None and self.router is not None
-        router = self.router
+        assert self._loop is not None and self.runtime is not None
+        runtime = self.runtime
 
         async def run() -> T:
-            return await fn(router)
+            return await fn(runtime)
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
 
     def inflight(self) -> int:
-        async def read(router: Runtime) -> int:
-            return router.inflight
+        async def read(runtime: Runtime) -> int:
+            return runtime.inflight
 
         return self.call(read)
 
@@ -132,9 +132,9 @@ class Stack:
         text = self.policy(fast.url, full.url) if self.policy else policy_text(fast.url, full.url, extra=self.extra)
         path.write_text(text)
         app = create_app(Settings(policy=path, **self.settings))
-        self.router = app.state.router
+        self.runtime = app.state.runtime
         sock = free_socket()
-        options = {**server_options(self.router.settings), "timeout_graceful_shutdown": 1}
+        options = {**server_options(self.runtime.settings), "timeout_graceful_shutdown": 1}
         config = uvicorn.Config(app, log_level="warning", lifespan="on", **options)
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -71,8 +71,8 @@ def still_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     stack: Stack = request.getfixturevalue("stack")
     stack.assert_settled()
 
-    async def lanes(router: Any) -> dict[str, int]:
-        return dict(router.lanes.inflight)
+    async def lanes(runtime: Any) -> dict[str, int]:
+        return dict(runtime.lanes.inflight)
 
     assert all(n == 0 for n in stack.call(lanes).values()), stack.call(lanes)
 

@@ -99,7 +99,7 @@ async def test_a_schema_too_costly_is_a_400_at_request_time(answering, proxy_, p
     assert await tripped(proxy.base, "schema_too_costly") == 1
     again = await post(proxy.url + "/chat/completions", ask("hi", [tool(parameters, "costly")]))
     assert again.status == 400  # from the cache of compiled schemas
-    assert proxy.router.validator.compiled == 2
+    assert proxy.runtime.validator.compiled == 2
 
 
 async def test_an_invalid_pattern_is_not_checked_rather_than_refused(answering, proxy_) -> None:

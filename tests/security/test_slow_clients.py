@@ -227,7 +227,7 @@ async def test_slow_bodies_hold_no_place_in_flight(start_fake_, proxy_) -> None:
             drip.cancel()
     assert all(end.startswith(b"HTTP/1.1 408") for end in ends), ends
     assert await tripped(proxy.base, "body_timeout") == 6
-    assert proxy.router.inflight == 0
+    assert proxy.runtime.inflight == 0
 
 
 @pytest.mark.parametrize("size, part, every", [(200, 10, 0.02), (300_000, 16 * 1024, 0.01)])
@@ -253,7 +253,7 @@ async def test_a_client_that_leaves_mid_body_leaves_nothing_behind(proxy) -> Non
         await writer.drain()
         await asyncio.sleep(0.1)
     await asyncio.sleep(0.2)
-    assert proxy.router.inflight == 0 and not proxy.router.open.tasks
+    assert proxy.runtime.inflight == 0 and not proxy.runtime.open.tasks
     answer = await post(proxy.url + "/chat/completions", {"model": "auto", "messages": USER})
     assert answer.status == 200
 
@@ -300,13 +300,13 @@ async def test_an_abandoned_call_cancels_its_upstream_call(proxy_, path: str, ex
         body = {"model": "auto", **({"messages": messages} if messages else {"input": "hi"}), **extra}
         call = asyncio.create_task(post(proxy.url + path, body))
         await asyncio.sleep(0.5)
-        assert proxy.router.inflight == 1 and len(upstream_calls) == 1  # the call hangs upstream
+        assert proxy.runtime.inflight == 1 and len(upstream_calls) == 1  # the call hangs upstream
         call.cancel()  # the client goes away
         with contextlib.suppress(asyncio.CancelledError):
             await call
         async with asyncio.timeout(1.0):  # the upstream call is cancelled within a second
             await upstream_calls[0].wait()
-            await until(lambda: proxy.router.inflight == 0)
+            await until(lambda: proxy.runtime.inflight == 0)
         assert await tripped(proxy.base, "client_gone") == 1
         after = asyncio.create_task(post(proxy.url + path, body))  # admitted, not 503: it reaches the tier
         async with asyncio.timeout(2):
@@ -333,7 +333,7 @@ async def test_under_another_server_an_abandoned_call_cancels_its_upstream_call(
                 await call
             async with asyncio.timeout(1.0):  # the upstream call is cancelled within a second
                 await upstream_calls[0].wait()
-                await until(lambda: app.state.router.inflight == 0)
+                await until(lambda: app.state.runtime.inflight == 0)
             assert await tripped(base, "client_gone") == 1
         finally:
             await stop_uvicorn(server, task)
@@ -380,9 +380,9 @@ async def test_a_stream_abandoned_after_its_first_bytes_cancels_its_upstream_cal
             writer.write(head.encode() + b"content-length: %d\r\n\r\n" % len(data) + data)
             async with asyncio.timeout(5):
                 await reader.readuntil(b"Hello")  # the stream has started
-            assert proxy.router.inflight == 1
+            assert proxy.runtime.inflight == 1
         # the client has gone: within a second the upstream call is closed and its place given back
         async with asyncio.timeout(1.0):
             await upstream_calls[0].wait()
-            await until(lambda: proxy.router.inflight == 0)
+            await until(lambda: proxy.runtime.inflight == 0)
         assert await tripped(proxy.base, "client_gone") == 1
