@@ -64,6 +64,8 @@ CONFIGS: dict[str, Config] = {
         Config("routed-score", POLICIES / "routed-score.yaml", "routed + the score verifier (full's logprobs, -0.67)"),
         Config("routed-adaptive", POLICIES / "routed-adaptive.yaml",
                "routed + adaptive routes (a tool fumbled over 25% of the time on fast goes to full)"),
+        Config("routed-learned", POLICIES / "routed-learned.yaml",
+               "routed + the route learned from the train half: a task's opening turn on full"),
     )
 }  # fmt: skip
 

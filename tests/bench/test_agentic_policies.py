@@ -63,3 +63,30 @@ def test_routed_variants_add_one_key_to_the_tool_route(config: str, key: str, va
     assert expected["routes"][0]["name"] == "tool-call"
     expected["routes"][0][key] = value
     assert _load(CONFIGS[config].policy) == expected
+
+
+def test_routed_learned_adds_one_route_before_the_tool_route() -> None:
+    """The route learned from the train half's runs (docs/agentic.md): a task's opening turn —
+    tools offered, the agent's own message last — on full; the rest as local.yaml routes it."""
+    expected = copy.deepcopy(_load(LOCAL))
+    opening = {"name": "opening-call", "when": {"tools": {"present": True}, "last_role": "user"}, "use": "full"}
+    expected["routes"].insert(0, opening)
+    assert _load(CONFIGS["routed-learned"].policy) == expected
+
+
+def test_the_learned_route_takes_the_opening_turn_only() -> None:
+    """On the chat-completions body every client API becomes: the opening turn (the agent's message
+    last) goes to full; a turn after a tool result (role tool) to fast, as before."""
+    from router.policy.decide import decide, features_of
+    from router.policy.loader import load_policy
+
+    policy = load_policy(CONFIGS["routed-learned"].policy)
+    tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
+    opening = {"model": "auto", "tools": tools, "messages": [{"role": "user", "content": "What is in /docs?"}]}
+    after = {**opening, "messages": [*opening["messages"],
+             {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                                                                  "function": {"name": "ls", "arguments": "{}"}}]},
+             {"role": "tool", "tool_call_id": "c1", "content": "notes.md"}]}  # fmt: skip
+    assert decide(features_of(opening, {}), policy).route == "opening-call"
+    assert decide(features_of(opening, {}), policy).tier == "full"
+    assert decide(features_of(after, {}), policy).tier == "fast"
