@@ -14,6 +14,8 @@ clients in `x-router-mistakes`; a policy can name every one of them (tests/test_
     missing_tool_call     a call was required or announced, and none was made          the checks
     text_tool_call        a call written into the text instead of made                 the checks
     empty_response        no text and no call                                          the checks
+    tool_sweep            the answer calls the offered tools one after another in the  the checks
+                          order offered: a sweep, not a choice
     upstream_error        the tier failed: refused, reset, 5xx, malformed              the tier's client
     timeout               the tier did not answer in time                              the tier's client
     verifier_reject       the route's verifier rejected the answer                     the verifier
@@ -38,6 +40,7 @@ MistakeKind = Literal[
     "missing_tool_call",
     "text_tool_call",
     "empty_response",
+    "tool_sweep",
     "upstream_error",
     "timeout",
     "agent_reported_error",
@@ -53,6 +56,7 @@ SCHEMA_VIOLATION: Final = "schema_violation"
 MISSING_TOOL_CALL: Final = "missing_tool_call"
 TEXT_TOOL_CALL: Final = "text_tool_call"
 EMPTY_RESPONSE: Final = "empty_response"
+TOOL_SWEEP: Final = "tool_sweep"
 UPSTREAM_ERROR: Final = "upstream_error"
 TIMEOUT: Final = "timeout"
 VERIFIER_REJECT: Final = "verifier_reject"
@@ -61,8 +65,11 @@ TIER_OPEN: Final = "tier_open"
 CONTEXT_EXCEEDED: Final = "context_exceeded"
 
 # what the checks find in an answer (router/core/validate.py)
-ANSWER_KINDS: Final = (INVALID_JSON, UNKNOWN_TOOL, SCHEMA_VIOLATION, MISSING_TOOL_CALL, TEXT_TOOL_CALL, EMPTY_RESPONSE)
-# a call the model fumbled, which the same tier may get right with the tool pinned (a route's `repair`)
+ANSWER_KINDS: Final = (
+    INVALID_JSON, UNKNOWN_TOOL, SCHEMA_VIOLATION, MISSING_TOOL_CALL, TEXT_TOOL_CALL, EMPTY_RESPONSE, TOOL_SWEEP,
+)  # fmt: skip
+# a call the model fumbled, which the same tier may get right with the tool pinned (a route's `repair`);
+# not a sweep: it means no one tool, so there is none to pin
 REPAIRABLE: Final = frozenset({INVALID_JSON, SCHEMA_VIOLATION, TEXT_TOOL_CALL, MISSING_TOOL_CALL})
 MOVES_ON: Final = frozenset({TIER_OPEN, CONTEXT_EXCEEDED})  # never the answer's: on to the next tier regardless
 # `escalation.on` by default: every kind but agent_reported_error, known only after delivery (and

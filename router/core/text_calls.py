@@ -68,10 +68,11 @@ class TextRules:
         return any(name in lowered for name in self.canonical)
 
     def written_calls(self, text: str, names: Collection[str]) -> list[str]:
-        """The offered tools (`names`) that `text` calls as JSON, else as `name(...)`; [] if none."""
+        """The offered tools (`names`) that `text` calls as JSON, one per call in the order written,
+        else as `name(...)`; [] if none."""
         leaked: list[str] = []
         if self.quoted.search(text):
-            leaked = list(dict.fromkeys(_json_text_calls(text, names)))
+            leaked = _json_text_calls(text, names)
         if not leaked and "(" in text and (m := self.pythonic.search(text)):
             leaked = [self.canonical.get(m.group("tool").lower(), m.group("tool"))]
         return leaked

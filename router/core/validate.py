@@ -33,6 +33,13 @@ Judgement calls (see also the tests):
 - One root cause, one mistake: an empty answer is only `empty_response`; a call leaked into text is
   only `text_tool_call` (it also satisfies `tool_choice` when it names the required tool); an
   announced-but-not-made call is checked only when nothing else was found.
+- A sweep: with at least three tools offered, an answer whose calls (made, or written as text)
+  begin with the first three offered tools, in the order offered (the chat body's `tools`: a
+  Messages or Responses request's as the router translated them), is `tool_sweep` — small models
+  write one call per offered tool, down the list, each schema-valid. It is the answer's one mistake
+  (its calls' own defects follow from it). Kept that strict on purpose: parallel calls an agent
+  means (Read, Read, Grep of [Task, Bash, Glob, …]), one tool called three times, two tools, or a
+  sweep that starts at the second offered tool are not.
 - `finish_reason="tool_calls"` with text and no calls is `missing_tool_call`; `"length"` is noted in
   the detail of `invalid_json` / `empty_response`.
 - A `refusal` with no content is not an empty response.
@@ -44,8 +51,9 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Final
 
 import jsonschema_rs
@@ -71,6 +79,7 @@ from router.mistakes import (
     MISSING_TOOL_CALL,
     SCHEMA_VIOLATION,
     TEXT_TOOL_CALL,
+    TOOL_SWEEP,
     UNKNOWN_TOOL,
 )
 from router.settings import default
@@ -78,6 +87,7 @@ from router.settings import default
 KINDS: Final = ANSWER_KINDS  # what the checks find (router/mistakes.py owns every kind)
 
 _DETAIL_MAX: Final = 120
+SWEEP: Final = 3  # calls of the first offered tools, in the order offered, that make a sweep
 _MISS: Final = object()
 
 
@@ -197,6 +207,8 @@ class Validator:
         if calls:
             if not isinstance(calls, list):
                 return [Mistake(UNKNOWN_TOOL, "", "malformed tool_calls (not a list)")]
+            if not no_tools and len(calls) >= SWEEP and (sweep := _sweep([_named(c)[2] for c in calls], tools)):
+                return [sweep]
             called: set[str] = set()
             for call in calls:
                 self._check_call(call, NO_TOOLS if no_tools else tool_set, finish_reason, mistakes, called)
@@ -219,7 +231,9 @@ class Validator:
         rules = self._text_rules(tool_set.names, checks)
         mentioned = rules.mentioned(text)
         leaked = rules.written_calls(text, tools) if checks.detect_text_tool_calls and mentioned else []
-        for name in leaked:
+        if sweep := _sweep(leaked, tools, " (written as text)"):
+            return [sweep]
+        for name in dict.fromkeys(leaked):
             mistakes.append(Mistake(TEXT_TOOL_CALL, name, "tool call written as text content"))
         if not leaked and checks.detect_text_tool_calls and not json_answer(request) and opens_like_call(text):
             # a call written as text that does not decode, or names no offered tool: still a call attempt
@@ -250,10 +264,8 @@ class Validator:
         if not isinstance(call, Mapping):
             mistakes.append(Mistake(UNKNOWN_TOOL, "", "malformed tool call"))
             return
-        kind = call.get("type") or "function"
-        spec = call.get(kind) if isinstance(kind, str) else None
-        name = spec.get("name") if isinstance(spec, Mapping) else None
-        if not isinstance(name, str) or not name:
+        kind, spec, name = _named(call)
+        if not name:
             mistakes.append(Mistake(UNKNOWN_TOOL, "", "tool call without a function name"))
             return
         tools = tool_set.index
@@ -366,6 +378,25 @@ class Validator:
         if len(self._rules) > self._max_rules:
             self._rules.popitem(last=False)
         return rules
+
+
+def _named(call: Any) -> tuple[Any, Any, str]:
+    """A call's type (default "function"), its object of that type, and the tool it names ("" if none)."""
+    if not isinstance(call, Mapping):
+        return None, None, ""
+    kind = call.get("type") or "function"
+    spec = call.get(kind) if isinstance(kind, str) else None
+    name = spec.get("name") if isinstance(spec, Mapping) else None
+    return kind, spec, name if isinstance(name, str) else ""
+
+
+def _sweep(called: Sequence[str], tools: Mapping[str, Any], how: str = "") -> Mistake | None:
+    """`tool_sweep` if the calls (the tools they name, in order) begin with the first `SWEEP` offered
+    tools (`tools`, in the order offered), else None."""
+    if len(called) < SWEEP or len(tools) < SWEEP or tuple(called[:SWEEP]) != tuple(islice(tools, SWEEP)):
+        return None
+    detail = f"{len(called)} calls of the {len(tools)} offered tools in the order offered: {', '.join(called)}"
+    return Mistake(TOOL_SWEEP, "", _short(detail + how))
 
 
 def _schema_key(schema: Any) -> bytes | None:

@@ -23,8 +23,10 @@ Answers
   probability ``bad_tool_rates.get(tool, bad_tool_rate)`` the answer is broken in one of ``bad_kinds``:
   invalid_json (truncated arguments), unknown_tool (a name not offered), schema_violation (wrong type or
   missing required argument), missing_tool_call (text "I will call NAME now.", finish "stop"),
-  text_tool_call (``{"name": ..., "arguments": {...}}`` as content, no tool_calls). The injected kind is
-  reported in the response header ``x-fake-defect``. Without tools: ``words`` seeded words of text.
+  text_tool_call (``{"name": ..., "arguments": {...}}`` as content, no tool_calls), tool_sweep (one such
+  call of every offered tool, in the order offered, each valid, as content; with fewer than three
+  tools offered that is no sweep the router's checks find, and none it should). The injected
+  kind is reported in the response header ``x-fake-defect``. Without tools: ``words`` seeded words of text.
   The response ``model`` echoes the request's ``model`` (``config.model`` if absent).
   With ``finish_after`` N > 0 the fake ends a tool loop: once the conversation holds N tool results
   (chat ``tool`` messages, Responses ``*_call_output`` items, Anthropic ``tool_result`` blocks) and
@@ -34,10 +36,10 @@ Determinism
   The app owns ``random.Random(seed)``. Each accepted request draws, synchronously and in this order:
   reset_before_first_byte, error_rate, reset_mid_stream, malformed_sse (one float each), the response
   id; then for a tool answer: tool index, bad draw, kind index, argument values, call id (plus at most
-  one draw for a schema_violation); for a text answer: the words. Requests rejected with 400/401 (bad
-  body, bad key, bad ``x-fake-fault``, ``tool_choice`` naming a tool not offered) draw nothing. So the
-  same sequence of requests gives the same sequence of answers; header overrides replace decisions but
-  never change the draws.
+  one draw for a schema_violation; the other offered tools' argument values for a tool_sweep); for a
+  text answer: the words. Requests rejected with 400/401 (bad body, bad key, bad ``x-fake-fault``,
+  ``tool_choice`` naming a tool not offered) draw nothing. So the same sequence of requests gives the
+  same sequence of answers; header overrides replace decisions but never change the draws.
   With ``greedy`` the fake answers as a greedy (temperature 0) model does: the same request, the same
   answer, broken or not. A request's draws then come from ``random.Random`` seeded by the seed and a
   digest of the request body (keys sorted; ``stream``, ``stream_options`` and the output limits left

@@ -20,10 +20,12 @@ from typing import Any
 
 import orjson
 
-from router.mistakes import INVALID_JSON, MISSING_TOOL_CALL, SCHEMA_VIOLATION, TEXT_TOOL_CALL, UNKNOWN_TOOL
+from router.mistakes import INVALID_JSON, MISSING_TOOL_CALL, SCHEMA_VIOLATION, TEXT_TOOL_CALL, TOOL_SWEEP, UNKNOWN_TOOL
 
 # the defects the fake makes on purpose: the checks' kinds of a call (router/mistakes.py)
-BAD_KINDS: tuple[str, ...] = (INVALID_JSON, UNKNOWN_TOOL, SCHEMA_VIOLATION, MISSING_TOOL_CALL, TEXT_TOOL_CALL)
+BAD_KINDS: tuple[str, ...] = (
+    INVALID_JSON, UNKNOWN_TOOL, SCHEMA_VIOLATION, MISSING_TOOL_CALL, TEXT_TOOL_CALL, TOOL_SWEEP,
+)  # fmt: skip
 
 VOCAB: tuple[str, ...] = (
     "the",
@@ -364,4 +366,7 @@ def tool_answer(
         return Answer(text=f"I will call {name} now.", defect=kind)
     if kind == TEXT_TOOL_CALL:
         return Answer(text=orjson.dumps({"name": name, "arguments": args}).decode(), defect=kind)
+    if kind == TOOL_SWEEP:  # every offered tool in turn, as a small model writes them: as text, each valid
+        calls = [{"name": n, "arguments": args if i == index else make_args(p, rng)} for i, (n, p) in enumerate(tools)]
+        return Answer(text=",\n".join(orjson.dumps(c).decode() for c in calls), defect=kind)
     raise ValueError(f"unknown bad kind {kind!r}; expected one of {', '.join(BAD_KINDS)}")

@@ -5,7 +5,9 @@ Small models often answer a tool-calling request with the call as text — a ```
 every call so written names an offered tool and its arguments validate against that tool's schema
 (the same checks every answer gets, router/core/validate.py), the answer is rewritten into the
 structured call(s) before it is judged: no extra model call, nothing escalated. What fails salvage
-is judged as written (a `text_tool_call` mistake) and escalates as before.
+is judged as written (a `text_tool_call` mistake) and escalates as before. The calls are checked as
+one answer, so a sweep of the offered tools, each call valid, is not salvaged: it is judged as the
+text it is, a `tool_sweep`.
 
     salvaged_message(message, request, names, validator)   the rewritten message, or None
     salvage_reply(trace, tier, reply)                      a whole answer, in place (pipeline)

@@ -29,6 +29,7 @@ from tests.api.helpers import (
     trailer,
 )
 from tests.conftest import Proxy, policy_text
+from tests.sweeps import SHELL_TOOLS
 
 ESCALATE = "escalation: {to: full}\n"
 TOOL_CALL = {"model": "auto", "messages": USER, "tools": TOOLS}
@@ -150,6 +151,29 @@ async def test_after_content_escalation_is_one_valid_stream(start_fake_, proxy_,
         ["missing_tool_call"],
         ["fast", "full"],
     )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_fakes_tool_sweep_escalates_with_salvage_on(start_fake_, proxy_, sdk, stream: bool) -> None:
+    """The fake writes a call of every offered tool, in order, each valid, as text: salvage (on) does not
+    make it eight calls; the checks find a `tool_sweep` and the full tier answers."""
+    fast = await start_fake_(broken("tool_sweep"))
+    full = await start_fake_(FakeConfig(seed=2))
+    proxy = await proxy_(policy_text(fast.url, full.url, extra=ESCALATE))
+    body = {"model": "auto", "messages": USER, "tools": SHELL_TOOLS}
+    raw = await sdk(proxy.url).chat.completions.with_raw_response.create(**body, stream=stream)
+    h = raw.headers
+    if stream:
+        got = await stream_reassembled(raw.parse())
+        assert got["content"] == "" and got["finishes"] == ["tool_calls"]
+        names = [c["name"] for c in got["calls"].values()]
+    else:
+        assert (h["x-router-tier"], h["x-router-mistakes"], h["x-router-salvaged"]) == ("full", "tool_sweep", "false")
+        msg = raw.parse().choices[0].message
+        assert not msg.content
+        names = [c.function.name for c in msg.tool_calls or []]
+    assert h["x-router-escalated"] == "true" and len(names) == 1
+    assert len(await fake_requests(fast.url)) == len(await fake_requests(full.url)) == 1
 
 
 # ------------------------------------------------------------------------------ upstream failures

@@ -21,6 +21,7 @@ from router.fake import FakeConfig
 from router.flow.salvage import salvaged_message
 from tests.api.helpers import TOOLS, USER, assert_valid_weather_call, fake_requests, get, post, stream_reassembled
 from tests.conftest import policy_text, serve_app, upstream_app
+from tests.sweeps import SHELL_TOOLS, SWEEP_TEXT
 
 ESCALATE = "escalation: {to: full}\n"
 CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
@@ -214,3 +215,13 @@ def test_prose_around_the_call_is_kept_and_wrappers_dropped() -> None:
     assert salvaged_message({"role": "assistant", "content": CALL}, none, {"get_weather"}, Validator()) is None
     plain = {"role": "assistant", "content": "It is sunny in Paris."}
     assert salvaged_message(plain, request, {"get_weather"}, Validator()) is None
+
+
+def test_a_sweep_written_as_text_is_not_salvaged() -> None:
+    """Each of its calls validates, the whole answer does not: a sweep is judged as the text it is
+    (`tool_sweep`, tests/flow/test_pipeline.py), never made eight calls."""
+    request = {"model": "auto", "messages": USER, "tools": SHELL_TOOLS}
+    names = {t["function"]["name"] for t in SHELL_TOOLS}
+    assert salvaged_message({"role": "assistant", "content": SWEEP_TEXT}, request, names, Validator()) is None
+    first = SWEEP_TEXT.split(",\n")[0]  # one of its calls alone salvages
+    assert salvaged_message({"role": "assistant", "content": first}, request, names, Validator()) is not None

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from router.core.validate import KINDS, Checks, Mistake, Validator, check
+from tests.sweeps import SHELL_TOOLS, SWEEP_CALLS, SWEEP_TEXT, calls, tool
 
 WEATHER = {
     "type": "function",
@@ -383,6 +384,13 @@ MISTAKES = [
         req(),
         [("invalid_json", "get_weather"), ("unknown_tool", "nope"), ("schema_violation", "search")],
     ),
+    # tool_sweep (more below)
+    (
+        "sweep-first-three-in-order",
+        msg(None, call("get_weather", {"city": "P"}, 0), call("search", {"query": "q"}, 1), call("get_time", {}, 2)),
+        req(),
+        [("tool_sweep", "")],
+    ),
 ]
 
 VALID = [
@@ -488,6 +496,65 @@ def test_valid_not_flagged(validator: Validator, message: dict[str, Any], reques
 
 def test_every_kind_is_covered() -> None:
     assert {kind for case in MISTAKES for kind, _ in case[3]} == set(KINDS)
+
+
+# -- tool_sweep: the calls begin with the first three offered tools, in the order offered ----------------------
+
+
+def test_the_eval_sweep_made_as_calls_is_one_tool_sweep() -> None:
+    [found] = check(calls(*SWEEP_CALLS), req(tools=SHELL_TOOLS), finish_reason="tool_calls")
+    assert (found.kind, found.tool) == ("tool_sweep", "")
+    assert found.detail.startswith("8 calls of the 8 offered tools in the order offered: ls, cat, head")
+
+
+def test_the_eval_sweep_written_as_text_is_one_tool_sweep_not_text_tool_calls() -> None:
+    [found] = check(msg(SWEEP_TEXT), req(tools=SHELL_TOOLS))
+    assert (found.kind, found.tool) == ("tool_sweep", "")
+    assert found.detail.endswith("(written as text)")
+
+
+def test_a_sweep_cut_short_by_max_tokens_is_a_sweep() -> None:
+    """Thirty tools offered: the sweep runs until max_tokens and stops inside a call."""
+    many = [tool(f"tool_{i:02}", ("path",), {"path": "string"}) for i in range(30)]
+    written = ",\n".join(f'{{"name": "tool_{i:02}", "arguments": {{"path": "/data/x.csv"}}}}' for i in range(12))
+    cut = written + ',\n{"name": "tool_12", "arguments": {"pa'
+    assert kinds(check(msg(cut), req(tools=many), finish_reason="length")) == [("tool_sweep", "")]
+
+
+def test_a_sweep_is_the_answers_one_mistake() -> None:
+    """Its calls' own defects follow from it: a sweep whose 5th call breaks its schema is only a sweep."""
+    broken = [*SWEEP_CALLS[:4], ("grep", '{"path": 3}'), *SWEEP_CALLS[5:]]
+    assert kinds(check(calls(*broken), req(tools=SHELL_TOOLS))) == [("tool_sweep", "")]
+    assert kinds(check(calls(*SWEEP_CALLS[:3]), req(tools=SHELL_TOOLS))) == [("tool_sweep", "")]  # three is enough
+
+
+CLAUDE_CODE = [tool(n, (), {"path": "string"}) for n in ("Task", "Bash", "Glob", "Grep", "Read", "Edit", "Write")]
+READ = '{"path": "src/main.py"}'
+
+
+@pytest.mark.parametrize(
+    ("tools", "made"),
+    [
+        (CLAUDE_CODE, [("Read", READ), ("Read", '{"path": "README.md"}'), ("Grep", READ)]),  # parallel reads
+        (CLAUDE_CODE[1:], [("Bash", READ), ("Glob", READ)]),  # the first two offered: two calls are no sweep
+        (SHELL_TOOLS[:2], SWEEP_CALLS[:2]),  # every offered tool, in order, but only two offered
+        (SHELL_TOOLS, [SWEEP_CALLS[0]] * 3),  # the first offered tool three times
+        (SHELL_TOOLS, [SWEEP_CALLS[0], SWEEP_CALLS[2], SWEEP_CALLS[1]]),  # the first three, not in order
+        # A deliberate limit: a sweep that starts at the second offered tool is not flagged. The check
+        # stays that strict so that no call an agent means is ever taken for one.
+        (SHELL_TOOLS, SWEEP_CALLS[1:]),
+    ],
+    ids=["parallel-reads", "two-calls", "two-offered", "same-tool-thrice", "out-of-order", "from-the-second"],
+)
+def test_calls_that_are_no_sweep(tools: list[Any], made: list[tuple[str, str]]) -> None:
+    assert check(calls(*made), req(tools=tools)) == []
+    written = ",\n".join(f'{{"name": "{name}", "arguments": {args}}}' for name, args in made)
+    assert {m.kind for m in check(msg(written), req(tools=tools))} == {"text_tool_call"}  # as text: only that
+
+
+def test_no_sweep_when_no_tool_may_be_called() -> None:
+    assert {m.kind for m in check(calls(*SWEEP_CALLS), req("none", tools=SHELL_TOOLS))} == {"unknown_tool"}
+    assert check(msg(SWEEP_TEXT), req("none", tools=SHELL_TOOLS)) == []
 
 
 def test_finish_reason_tool_calls_without_calls() -> None:

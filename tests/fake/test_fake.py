@@ -162,6 +162,12 @@ def check_defect(kind: str, name: str | None, args: str | None, content: str | N
     elif kind == "missing_tool_call":
         assert name is None and finish == "stop"
         assert content and any(tool in content for tool in SCHEMAS)
+    elif kind == "tool_sweep":  # every offered tool in turn, each valid (two offered: no sweep the router finds)
+        assert name is None and finish == "stop"
+        written = [json.loads(line) for line in (content or "").split(",\n")]
+        assert [c["name"] for c in written] == list(SCHEMAS)
+        for c in written:
+            jsonschema.validate(c["arguments"], SCHEMAS[c["name"]])
     else:
         assert name is None and finish == "stop"
         leaked = json.loads(content or "")

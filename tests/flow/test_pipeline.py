@@ -14,9 +14,11 @@ import pytest
 from router.core.call import Call, chat_call
 from router.errors import UpstreamError
 from router.flow import pipeline
+from router.flow.summary import router_headers
 from router.upstream.base import Chunk
 from tests.conftest import policy_text
 from tests.scripted import UNUSED, WEATHER, Scripted, call, started, text
+from tests.sweeps import SHELL_TOOLS, SWEEP_CALLS, SWEEP_TEXT, calls
 
 POLICY = policy_text(UNUSED, extra="escalation: {to: full}\n")
 
@@ -59,6 +61,42 @@ async def test_stream_sends_text_as_it_comes_and_hides_an_escalated_call(tmp_pat
     assert [tc["function"]["arguments"] for tc in calls] == ['{"city": "Rome"}']  # fast's call never left
     assert sum("role" in d for d in deltas) == 1
     assert {c["id"] for c in sent} == {sent[0]["id"]}  # one stream: one id
+
+
+def ask_shell(stream: bool = False) -> Call:
+    content = "Total the north region's sales in /data/sales-q1.csv."
+    body = {"model": "auto", "messages": [{"role": "user", "content": content}], "tools": SHELL_TOOLS, "stream": stream}
+    return chat_call(orjson.dumps(body), {})
+
+
+GREP = '{"pattern": "north", "path": "/data/sales-q1.csv"}'
+
+
+@pytest.mark.parametrize("answer", [text(SWEEP_TEXT), calls(*SWEEP_CALLS)], ids=["as-text", "as-calls"])
+async def test_a_sweep_escalates_and_never_reaches_the_client(tmp_path: Path, answer: dict[str, Any]) -> None:
+    """The eval's sweep, written as text (which salvage would make eight valid calls) or made as calls."""
+    fast, full = Scripted("fast", [answer]), Scripted("full", [calls(("grep", GREP))])
+    async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
+        attempts, reply = await pipeline.complete(runtime, ask_shell())
+    assert attempts.tried == ["fast", "full"] and not attempts.salvaged and not attempts.repaired
+    headers = router_headers(attempts)
+    assert (headers["x-router-tier"], headers["x-router-mistakes"]) == ("full", "tool_sweep")
+    message = reply.data["choices"][0]["message"]
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["grep"] and not message.get("content")
+    assert b"calculate" not in orjson.dumps(reply.data)  # nothing of the sweep
+
+
+@pytest.mark.parametrize("answer", [text(SWEEP_TEXT), calls(*SWEEP_CALLS)], ids=["as-text", "as-calls"])
+async def test_a_streamed_sweep_escalates_and_never_reaches_the_client(tmp_path: Path, answer: dict[str, Any]) -> None:
+    fast, full = Scripted("fast", [answer]), Scripted("full", [calls(("grep", GREP))])
+    async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
+        attempts, chunks = await pipeline.stream(runtime, ask_shell(stream=True))
+        sent = [c.data async for c in chunks]
+    assert attempts.tried == ["fast", "full"] and router_headers(attempts)["x-router-mistakes"] == "tool_sweep"
+    deltas = [c["choices"][0]["delta"] for c in sent if c.get("choices")]
+    assert "".join(d.get("content") or "" for d in deltas) == ""  # the held text never left
+    names = [tc["function"]["name"] for d in deltas for tc in d.get("tool_calls") or () if "name" in tc["function"]]
+    assert names == ["grep"]
 
 
 async def test_stream_of_text(tmp_path: Path) -> None:

@@ -191,8 +191,10 @@ async def echo() -> AsyncIterator[str]:
 
 async def test_messages_transport_keeps_keys_private(start_fake_, echo, proxy_, logs) -> None:
     keys = f'client_keys: ["{CLIENT_KEY}"]\n'
-    # a keyed chat tier that breaks half its tool calls, escalating to a keyed native tier
-    chat = await start_fake_(FakeConfig(seed=1, api_key=FAST_KEY, bad_tool_rate=0.5))
+    # a keyed chat tier that breaks half its tool calls, escalating to a keyed native tier (in the kinds
+    # that escalate: a call written as text, or one tool's sweep, is salvaged)
+    kinds = ("invalid_json", "unknown_tool", "schema_violation", "missing_tool_call")
+    chat = await start_fake_(FakeConfig(seed=1, api_key=FAST_KEY, bad_tool_rate=0.5, bad_kinds=kinds))
     claude = await start_fake_(FakeConfig(seed=2, api_key=NATIVE_KEY))
     policy = with_key(policy_text(chat.url, claude.url, extra=ESCALATE + keys), "fast", FAST_KEY)
     happy = await proxy_(native(policy, "full", root(claude.url), NATIVE_KEY))
