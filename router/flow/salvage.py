@@ -4,7 +4,8 @@ Small models often answer a tool-calling request with the call as text — a ```
 `<tool_call>…</tool_call>`, a bare `{"name": …, "arguments": …}` — instead of a tool call. When
 every call so written names an offered tool and its arguments validate against that tool's schema
 (the same checks every answer gets, router/core/validate.py), the answer is rewritten into the
-structured call(s) before it is judged: no extra model call, nothing escalated. What fails salvage
+structured call(s) before it is judged: no extra model call, nothing escalated. A call written
+again word for word is made once (seen: the 0.5B writing one call 40 times until max_tokens). What fails salvage
 is judged as written (a `text_tool_call` mistake) and escalates as before. The calls are checked as
 one answer, so a sweep of the offered tools, each call valid, is not salvaged: it is judged as the
 text it is, a `tool_sweep`.
@@ -106,10 +107,13 @@ def salvaged_message(
         written = written_call_objects(content, names)
     if not written:
         return None
-    calls = []
+    calls, seen = [], set()
     for call in written:
         if (args := _arguments(call.arguments)) is None:
             return None
+        if (call.name, args) in seen:  # written again word for word: one call (a small model looping)
+            continue
+        seen.add((call.name, args))
         calls.append({"id": _call_id(), "type": "function", "function": {"name": call.name, "arguments": args}})
     kept, at = [], 0
     for call in written:

@@ -205,9 +205,13 @@ def test_prose_around_the_call_is_kept_and_wrappers_dropped() -> None:
     text = f"Let me check.\n```json\n{CALL}\n```"
     fixed = salvaged_message({"role": "assistant", "content": text}, request, {"get_weather"}, Validator())
     assert fixed is not None and fixed["content"] == "Let me check."
-    two = f"[{CALL}, {CALL}]"
+    other = CALL.replace("Paris", "Lyon")
+    two = f"[{CALL}, {other}]"
     fixed = salvaged_message({"role": "assistant", "content": two}, request, {"get_weather"}, Validator())
     assert fixed is not None and len(fixed["tool_calls"]) == 2 and fixed["content"] is None
+    looped = "\n".join([CALL.replace('"Paris"', '"Paris" ')] + [CALL] * 39)  # one call written 40 times
+    fixed = salvaged_message({"role": "assistant", "content": looped}, request, {"get_weather"}, Validator())
+    assert fixed is not None and [c["function"]["arguments"] for c in fixed["tool_calls"]] == ['{"city":"Paris"}']
     stray = f"{CALL}\n{{}}\n```"  # seen from Qwen2.5-Coder: a trailing empty object
     fixed = salvaged_message({"role": "assistant", "content": stray}, request, {"get_weather"}, Validator())
     assert fixed is not None and fixed["content"] is None
