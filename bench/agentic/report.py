@@ -49,6 +49,7 @@ def load(out: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
                 r = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
+            r["ok"] = r["ok"] and r["error"] is None  # run.finished's rule, for records written before it
             runs[(r["config"], r["loop"])][r["task"]] = r
     return {k: list(v.values()) for k, v in runs.items()}
 

@@ -70,6 +70,12 @@ CONFIGS: dict[str, Config] = {
 }  # fmt: skip
 
 
+def finished(failures: list[str], error: str | None) -> bool:
+    """A task succeeds when every check passes and the loop ended with the agent's answer: one cut
+    off (a timeout, the step limit, an error) did not finish, whatever state it left."""
+    return not failures and error is None
+
+
 def results_path(out: Path, config: str, loop: str) -> Path:
     return out / config / f"{loop}.jsonl"
 
@@ -146,7 +152,8 @@ async def run_task(
     caught, reached = mistakes(calls, stats, answer, error)
     record = {
         "task": task.id, "config": config, "loop": loop, "upstream": upstream, "kinds": list(task.kinds),
-        "level": task.level, "ok": not failures, "failed_checks": failures, "answer": answer[:2000], "error": error,
+        "level": task.level, "ok": finished(failures, error), "failed_checks": failures, "answer": answer[:2000],
+        "error": error,
         "seconds": round(elapsed, 3), "steps": sum(1 for c in calls if c["status"] < 400), "calls": calls,
         "tool_calls": stats.calls, "tool_errors": stats.errors, "recovered": stats.recovered,
         "caught": dict(caught), "reached": dict(reached),

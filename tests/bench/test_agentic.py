@@ -286,6 +286,17 @@ def test_a_configuration_run_on_part_of_the_tasks_is_compared_on_that_part() -> 
     assert goal["tasks"] == 5 and goal["success_ratio"] == 1.0 and goal["p50_ratio"] == round(5.0 / 14.0, 3)
 
 
+def test_a_task_cut_off_did_not_succeed_whatever_state_it_left(tmp_path: Path) -> None:
+    from bench.agentic.report import load
+    from bench.agentic.run import finished
+
+    assert finished([], None) and not finished([], "Timeout: the task took more than 300 s")
+    assert not finished(["answer has 'x'"], None)
+    old = {**_record("routed", "t1", True, 300.1, ("fast",)), "error": "Timeout: the task took more than 300 s"}
+    append(tmp_path / "routed" / "anthropic.jsonl", old)  # written before the rule: ok, though cut off
+    assert [r["ok"] for r in load(tmp_path)[("routed", "anthropic")]] == [False]
+
+
 def test_the_halves_split_every_kind() -> None:
     from bench.agentic.tasks import HALVES, select
 
