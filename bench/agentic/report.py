@@ -138,6 +138,9 @@ def build(runs: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, Any]:
         summary["configs"][c] = entry
         if c != BASE and any(cc == BASE for cc, _ in runs):
             entry["vs_full_only"] = paired(runs, c, BASE)
+            for loop, loop_entry in entry["loops"].items():
+                if (BASE, loop) in runs:
+                    loop_entry["vs_full_only"] = paired({k: v for k, v in runs.items() if k[1] == loop}, c, BASE)
     upstreams = sorted({u for e in summary["configs"].values() for u in e["upstream"]})
     summary["upstream"] = upstreams
     summary["goal"] = _goal(summary["configs"], upstreams)
@@ -189,9 +192,11 @@ def markdown(runs: dict[tuple[str, str], list[dict[str, Any]]], summary: dict[st
     for note in dict.fromkeys(HARNESS[u] for u in summary["upstream"] if u in HARNESS):
         lines += [f"> {note}", ""]
     lines += [
-        f"`python -m bench.agentic report` — {len(BY_ID)} tasks in bench/agentic/tasks.py, run by "
-        f"{', '.join(LOOPS)} (docs/agentic.md). Upstream: {', '.join(summary['upstream'])}. A task succeeds when "
-        "every exact check of the environment's final state and the final answer passes. Steps: calls the agent "
+        f"`python -m bench.agentic report` — {len({r['task'] for rs in runs.values() for r in rs})} of the "
+        f"{len(BY_ID)} tasks in bench/agentic/tasks.py, run by "
+        f"{', '.join(dict.fromkeys(loop for _, loop in runs))} (docs/agentic.md). Upstream: "
+        f"{', '.join(summary['upstream'])}. A task succeeds when the loop ended with the agent's answer and every "
+        "exact check of the environment's final state and the final answer passes. Steps: calls the agent "
         "got an answer to. Mistakes caught: kinds in `x-router-mistakes` of answers the router did not deliver "
         "(escalated, repaired); reached the agent: delivered with their mistakes (`x-router-exhausted`), error "
         "statuses, malformed calls the tools received, unknown tools the SDK refused, tool calls written as text "
