@@ -227,6 +227,7 @@ def markdown(runs: dict[tuple[str, str], list[dict[str, Any]]], summary: dict[st
     lines += ["", "## The goal (issue 26, point 4)", "", f"{goal['what']}: {said}.", ""]
     lines += _by_kind(runs, configs)
     lines += _by_task(runs, configs)
+    lines += _lost(runs, configs)
     errors = {c: summary["configs"][c]["errors"] for c in configs if summary["configs"][c]["errors"]}
     if errors:
         lines += ["## How loops ended other than with an answer", "", "| configuration | errors |", "|---|---|"]
@@ -289,6 +290,40 @@ def _by_task(runs: dict[tuple[str, str], list[dict[str, Any]]], configs: list[st
         cells = ", ".join(f"{c} ({len(failed[task][c])}/{seen[task][c]})" for c in configs if failed[task].get(c))
         out.append(f"| {task} | {kinds} | {level} | {cells} |")
     return [*out, ""]
+
+
+def _call(c: dict[str, Any]) -> str:
+    """One call as the report shows it: tier/route, then what the router found."""
+    mistakes = Counter(c.get("mistakes") or [])
+    found = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in mistakes.items())
+    marks = [m for m, on in (("salvaged", c.get("salvaged")), ("repaired", c.get("repaired"))) if on]
+    status = "" if c["status"] < 400 else f" HTTP {c['status']}"
+    inside = "; ".join(x for x in (found, *marks) if x)
+    return f"{c.get('tier') or '?'}/{c.get('route') or '?'}{status}" + (f" [{inside}]" if inside else "")
+
+
+def _lost(runs: dict[tuple[str, str], list[dict[str, Any]]], configs: list[str]) -> list[str]:
+    """Per configuration, the runs it lost that full-only won, call by call: which calls lose tasks."""
+    base = {(r["task"], loop): r for (c, loop), rs in runs.items() if c == BASE for r in rs}
+    out = [f"## Where a configuration lost what {BASE} won", "",
+           "Each call as tier/route [mistakes the router found; salvaged, repaired]; tool errors are the "
+           "tools' answers the agent got back.", "",
+           "| configuration | task | loop | calls | tool errors | how it ended |",
+           "|---|---|---|---|---:|---|"]  # fmt: skip
+    rows = 0
+    for c in configs:
+        for (cc, loop), rs in runs.items():
+            if cc != c or c == BASE:
+                continue
+            for r in rs:
+                won = base.get((r["task"], loop))
+                if r["ok"] or not won or not won["ok"]:
+                    continue
+                ended = (r["error"] or "").split(" - {")[0] or "answer failed: " + "; ".join(r["failed_checks"])
+                calls = " → ".join(_call(x) for x in r["calls"])
+                out.append(f"| {c} | {r['task']} | {loop} | {calls} | {r['tool_errors']} | {ended[:160]} |")
+                rows += 1
+    return [*out, ""] if rows else []
 
 
 def plot(path: Path, summary: dict[str, Any]) -> None:

@@ -297,6 +297,19 @@ def test_a_task_cut_off_did_not_succeed_whatever_state_it_left(tmp_path: Path) -
     assert [r["ok"] for r in load(tmp_path)[("routed", "anthropic")]] == [False]
 
 
+def test_the_report_shows_the_calls_of_each_task_lost_to_full_only() -> None:
+    from bench.agentic.report import build, markdown
+
+    full = [_record("full-only", t, True, 5.0, ("full",)) for t in ("t1", "t2")]
+    lost = {**_record("routed", "t1", False, 9.0, ("fast", "full")), "failed_checks": ["answer has 42"]}
+    lost["calls"][0] |= {"salvaged": True}
+    lost["calls"][1] |= {"route": "sticky", "status": 502, "mistakes": ["empty_response"] * 3}
+    runs = {("full-only", "anthropic"): full, ("routed", "anthropic"): [lost, _record("routed", "t2", True, 4.0, ())]}
+    text = markdown(runs, build(runs))
+    row = "| routed | t1 | anthropic | fast/tool-call [salvaged] → full/sticky HTTP 502 [empty_response x3] | 0 |"
+    assert row in text and "| routed | t2 |" not in text
+
+
 def test_the_halves_split_every_kind() -> None:
     from bench.agentic.tasks import HALVES, select
 
