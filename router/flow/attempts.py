@@ -1,31 +1,26 @@
 """One call's journey across tiers: which tier to try next, and what went wrong.
 
 Its attempts run in tenacity's loop, retried while `Escalate` is raised, the first outside it
-(router/flow/retries.py: the loop, the backoff). Every tier's answer is checked, the chain's last
-one's too. An `Attempts` raises `Escalate` while another attempt is allowed (attempt count and
-deadline): the next attempt goes to a stronger tier, or — on the chain's last tier — to the same
-tier again, as a repair (`tool_choice` pinned to the tool the model meant) or a fresh sample. When
-no attempt is left, an answer whose mistakes the policy escalates on is never handed to the client:
-`ChecksFailed` (a retryable 502) is raised instead, unless the policy says
-`escalation.on_exhausted: deliver`. Its message says what the client has: nothing, or (a stream)
-the text already streamed and no tool call.
+(router/flow/retries.py). Every tier's answer is checked, the chain's last one's too. While an attempt
+is allowed (count and deadline) the next goes to a stronger tier or, on the chain's last tier, to the
+same tier: a repair (`tool_choice` pinned to the tool meant) or a fresh sample — none for a greedy
+tier, which would answer the same. With no attempt left, an answer with mistakes the policy escalates
+on never reaches the client: `ChecksFailed` (a retryable 502; `escalation.on_exhausted: deliver`
+hands it over instead), saying what the client has: nothing, or (a stream) the text already sent.
 
-Such a request is remembered (router/core/repeats.py): a repeat of it — the agent's retry — is not
-run the same way (`escalation.repeat`): it is resampled (every attempt on the repeat tier, at the
-repeat temperature) while `repeat.resample` allows, else refused at once with `ChecksFailedRepeatedly`
-(non-retryable), which is also the error of the last resampled run that fails.
+Such a request is remembered (router/core/repeats.py): a repeat of it — the agent's retry — is
+resampled (every attempt on the repeat tier, at the repeat temperature) while `repeat.resample`
+allows, else refused at once with `ChecksFailedRepeatedly` (non-retryable), also the error of the
+last resampled run that fails.
 
-A tier whose breaker is open (router/core/breaker.py) is skipped as if it were not there: the
-attempt goes to the next stronger tier, with `tier_open` among the mistakes; with none left, the
-call ends with `TierOpen` (a retryable 503 with Retry-After). Upstream errors of a tier's making
-open its breaker; answers, however wrong, close the count.
+A tier whose breaker is open (router/core/breaker.py) is skipped, `tier_open` among the mistakes;
+with none left the call ends with `TierOpen` (a retryable 503 with Retry-After). Upstream errors of a
+tier's making open its breaker; answers, however wrong, close the count. A tier whose context the
+prompt does not fit (`ContextExceeded`) is not at fault: the call goes on, while an attempt is left,
+to the first tier of the chain with a larger (or unknown) window, else ends with the client's own
+context error (router/core/context.py learns the window).
 
-A tier whose context the prompt does not fit (`ContextExceeded`: its server said so) is not at fault
-— no breaker count, no mistake: the call goes on, while an attempt is left, to the first tier of the
-chain beyond it whose window is larger (or not known); when there is none it ends with the client's
-own context error, with the prompt's tokens and the window (router/core/context.py learns the window).
-
-An `Attempts` decides; its `Record` (router/core/record.py) writes the events and counts down, and the
+An `Attempts` decides; its `Record` (router/core/record.py) writes the events and counts down, the
 transports tell the client (router/flow/summary.py). Of the running proxy it holds only its `Parts`
 (router/runtime.py): the tiers, their breakers and windows, the checks, the store and the metrics.
 """
@@ -101,8 +96,7 @@ class Attempts:
         self._too_small: set[str] = set()  # tiers whose context did not take the prompt
         self.route_spec = next((r for r in policy.routes if r.name == decision.route), None)  # None: no route matched
         self.admitted: tuple[Any, ToolSet] | None = None  # the offered tools and the validator's reading of them
-        loop = asyncio.get_running_loop()
-        self.started = loop.time()
+        self.started = asyncio.get_running_loop().time()
         self.deadline = self.started + policy.escalation.deadline
         if (repeat := policy.escalation.repeat) is not None and self.seen.runs:
             if self.seen.runs > repeat.resample:
@@ -230,7 +224,9 @@ class Attempts:
             if (tool := self._repairable(tier, found)) is not None:
                 self._repair_tool, self.repaired = tool, True
                 self._repaired_on.add(tier)
-            raise Escalate(kinds)
+                raise Escalate(kinds)
+            if not self._same_answer_again(tier):
+                raise Escalate(kinds)
         self.exhausted = True
         if self.policy.escalation.on_exhausted == "deliver":
             return found
@@ -283,6 +279,15 @@ class Attempts:
         log.debug("route %s: the %s verifier rejected a call of tier %s", self.route, spec.kind, tier)
         if self._may_retry():
             raise Escalate([VERIFIER_REJECT])
+
+    def _same_answer_again(self, tier: str) -> bool:
+        """Asked again (the chain's last tier, no repair), greedy `tier` (temperature 0, its params' or
+        the client's) would give the same answer: no attempt is made."""
+        if self._stronger(tier) != tier or self._fitting is not None:
+            return False
+        model = self.policy.models.get(tier)
+        pinned = model.params.get("temperature") if model is not None else None
+        return (pinned if pinned is not None else self.call.body.get("temperature")) == 0
 
     def _repairable(self, tier: str, found: Sequence[Mistake]) -> str | None:
         """The one offered tool the answer fumbled, if this tier may be repaired: once per tier, on

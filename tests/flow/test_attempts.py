@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
+from router.core.call import chat_call
 from router.errors import ChecksFailed, ContextExceeded, UpstreamError
 from router.flow import pipeline
 from router.flow.summary import router_headers
 from tests.conftest import policy_text
 from tests.flow.test_pipeline import ask
-from tests.scripted import UNUSED, Scripted, call, started
+from tests.scripted import UNUSED, WEATHER, Scripted, call, started
 
 PINNED = {"type": "function", "function": {"name": "get_weather"}}
 BAD_SCHEMA = call("get_weather", '{"town": "Paris"}')  # schema_violation: `city` missing, `town` not allowed
@@ -60,6 +62,34 @@ async def test_an_unrepairable_mistake_on_the_last_tier_is_sampled_afresh(tmp_pa
         attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))
     assert attempts.tried == ["full", "full"] and not attempts.repaired and attempts.mistakes == ["unknown_tool"]
     assert "tool_choice" not in full.bodies[1]
+
+
+def greedy_full() -> str:
+    """Every call on full, which its params pin to temperature 0."""
+    pinned = "model: openai/full-model\n    params: {temperature: 0}"
+    return policy(routes=ONLY_FULL).replace("model: openai/full-model", pinned)
+
+
+@pytest.mark.parametrize("greedy", ["params", "client"])
+async def test_a_greedy_last_tier_is_not_asked_the_same_thing_again(tmp_path: Path, greedy: str) -> None:
+    """Temperature 0 gives the same answer to the same request: after a mistake no repair can mend,
+    the chain's last tier is not asked again — the call is exhausted at once, not after three tries."""
+    text = policy(routes=ONLY_FULL) if greedy == "client" else greedy_full()
+    full = Scripted("full", [call("get_forecast", "{}"), GOOD])  # unknown_tool: nothing to pin
+    body = {"model": "auto", "messages": [{"role": "user", "content": "weather?"}], "tools": [WEATHER]}
+    request = chat_call(orjson.dumps({**body, "temperature": 0} if greedy == "client" else body), {})
+    async with started(text, tmp_path, fast=Scripted("fast", []), full=full) as runtime:
+        with pytest.raises(ChecksFailed):
+            await pipeline.complete(runtime, request)
+    assert len(full.bodies) == 1
+
+
+async def test_a_greedy_last_tier_is_still_repaired(tmp_path: Path) -> None:
+    text = greedy_full()
+    full = Scripted("full", [BAD_SCHEMA, GOOD])
+    async with started(text, tmp_path, fast=Scripted("fast", []), full=full) as runtime:
+        attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))
+    assert attempts.tried == ["full", "full"] and attempts.repaired and full.bodies[1]["tool_choice"] == PINNED
 
 
 async def test_no_attempt_left_is_checks_failed(tmp_path: Path) -> None:
