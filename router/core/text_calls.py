@@ -14,8 +14,9 @@ the validator's judgement.
     TextRules.announced()       a forward-looking announcement ("I'll call <tool>", "Calling <tool>")
                                 matched by `announced_call_patterns`; `<tool>` is any offered name
     opens_like_call(text)       the answer opens like a call written as JSON (`{"name": …, "arguments": …`
-                                bare, after a fence or a `<tool_call>` tag), whether or not it decodes:
-                                a call cut short or naming a tool nobody offered is still a call attempt
+                                bare, after a fence or a `<tool_call>` tag; or all of it is `{"name": …,`),
+                                whether or not it decodes: a call cut short or naming a tool nobody
+                                offered is still a call attempt
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ _DECODER: Final = json.JSONDecoder()
 _CALL_OPENING: Final = re.compile(
     r"\A\s*(?:```[ \t]*[\w-]*\s*)?(?:<tool_call>\s*)?\[?\s*\{"
     r'\s*"(?:name|function|tool|tool_name)"\s*:\s*"[^"\n]{0,200}"'
-    r'\s*,\s*"(?:arguments|parameters|args|input)"\s*:'
+    r'\s*(?:,\s*"(?:arguments|parameters|args|input)"\s*:|,?\s*\Z)'  # arguments follow, or nothing does
     r"|^[ \t]*<tool_call>",
     re.M,
 )

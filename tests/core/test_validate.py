@@ -347,6 +347,12 @@ MISTAKES = [
         [("text_tool_call", "")],
     ),
     (
+        "text-call-cut-before-its-arguments",  # seen from Qwen2.5-Coder-1.5B as a whole final answer
+        msg('{"name": "get_weather",\n'),
+        req(),
+        [("text_tool_call", "")],
+    ),
+    (
         "text-call-unknown-name",
         msg('```json\n{"name": "df -h", "arguments": {"type": "object", "properties": {"path"'),
         req(),
