@@ -31,6 +31,7 @@ The last two are no defect of an answer: a call always moves on from them to the
 from __future__ import annotations
 
 import typing
+from dataclasses import dataclass
 from typing import Final, Literal
 
 MistakeKind = Literal[
@@ -77,3 +78,13 @@ MOVES_ON: Final = frozenset({TIER_OPEN, CONTEXT_EXCEEDED})  # never the answer's
 ESCALATE_BY_DEFAULT: Final[tuple[MistakeKind, ...]] = tuple(
     k for k in MISTAKE_KINDS if k != AGENT_REPORTED_ERROR and k not in MOVES_ON
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Mistake:
+    """One defect found in an answer (router/core/validate.py) or an attempt: its kind, the tool it
+    concerns ("" for the answer as a whole) and what was seen."""
+
+    kind: str
+    tool: str = ""
+    detail: str = ""

@@ -17,8 +17,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from router.core.call import Call
-from router.core.validate import Mistake
-from router.mistakes import VERIFIER_REJECT
+from router.mistakes import VERIFIER_REJECT, Mistake
 from router.store.base import (
     ESCALATED,
     FALLBACK_PREFIX,

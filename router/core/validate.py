@@ -1,15 +1,11 @@
 """Tool-call checks on an OpenAI chat-completions answer, against the request that produced it.
 
-The pipeline holds ONE `Validator` for the life of the app (created in the lifespan next to the
-upstream clients) and calls `validator.check(message, request, checks, finish_reason=...)` on every
-fast-tier answer. The validator owns three small LRU caches: compiled JSON Schemas (keyed by the
-schema's canonical JSON bytes), compiled text rules (keyed by the offered tool names and the
-announce patterns), and offered tool lists as read (keyed by the list's JSON as it came: an agent
-sends the same list on every call, which is then read once, not once per call and check). The
-module-level `check()` is a convenience for one-off use and tests; without a `validator=` argument
-it builds a throw-away `Validator`, so nothing is cached between calls.
-Calls written as text or only announced are found by router/core/text_calls.py; what counts as a
-mistake is decided here.
+The app holds ONE `Validator` (router/runtime.py) and calls `validator.check(message, request,
+checks, finish_reason=...)` on every tier's answer. It owns three small LRU caches: compiled JSON
+Schemas (by the schema's canonical JSON), text rules (by the offered names and announce patterns),
+and offered tool lists as read (by the list's JSON as it came: an agent sends the same list every
+call). The module-level `check()` builds a throw-away one (tests, one-off use). Calls written as text
+or only announced are found by router/core/text_calls.py; what counts as a mistake is decided here.
 
 Judgement calls (see also the tests):
 - `arguments` must be a JSON *string* holding an object. An empty/whitespace or absent string counts
@@ -18,31 +14,24 @@ Judgement calls (see also the tests):
   agents `json.loads()` the string and expect an object.
 - A schema that cannot be compiled (not a schema, fails its meta-schema, unknown `$ref`, recursion)
   means "cannot check": the call is not flagged. Remote `$ref`s are never fetched.
-- Schemas are checked with jsonschema-rs (measured several times faster than `jsonschema` in
-  bench/validate.py): a `pattern` runs on Rust's linear-time regex engine, or — with lookaround or
-  backreferences — on a backtracking engine with a step budget, so no client regex can stall the
-  proxy. `admit(tools)` compiles the offered tools' schemas when the request arrives: a schema
-  larger than `max_schema_bytes`, or with a pattern Python's `re` reads but the engine refuses within
-  `max_pattern_bytes` (e.g. a huge repetition), is `SchemaTooCostly` (400) then, not a stall later.
-  Such a pattern is remembered (`max_costly_patterns`, LRU): the engine takes milliseconds to give
-  up on one, so a schema that differs only elsewhere is refused on sight, not compiled again.
+- Schemas are checked with jsonschema-rs (several times faster than `jsonschema`, bench/validate.py):
+  a `pattern` runs on Rust's linear-time regex engine, or (lookaround, backreferences) a backtracking
+  one with a step budget: no client regex can stall the proxy. `admit(tools)` compiles the offered
+  tools' schemas as the request arrives: one over `max_schema_bytes`, or with a pattern `re` reads but
+  the engine refuses within `max_pattern_bytes` (a huge repetition), is `SchemaTooCostly` (400) then.
+  Such a pattern is remembered (`max_costly_patterns`, LRU: giving up takes the engine milliseconds):
+  a schema that differs only elsewhere is refused on sight.
 - `tool_choice: "none"` offers no tool: any call is `unknown_tool`; text is never inspected.
-- A text answer that opens like a call written as JSON (`{"name": …, "arguments": …` bare, fenced or
-  tagged) but holds no call that decodes and names an offered tool — cut short, unbalanced, an
-  unknown name — is `text_tool_call` too: an attempt at a call, not an answer in words.
-- One root cause, one mistake: an empty answer is only `empty_response`; a call leaked into text is
-  only `text_tool_call` (it also satisfies `tool_choice` when it names the required tool); an
-  announced-but-not-made call is checked only when nothing else was found.
-- A sweep: with at least three tools offered, an answer whose calls (made, or written as text)
-  begin with the first three offered tools, in the order offered (the chat body's `tools`: a
-  Messages or Responses request's as the router translated them), is `tool_sweep` — small models
-  write one call per offered tool, down the list, each schema-valid. It is the answer's one mistake
-  (its calls' own defects follow from it). Kept that strict on purpose: parallel calls an agent
-  means (Read, Read, Grep of [Task, Bash, Glob, …]), one tool called three times, two tools, or a
-  sweep that starts at the second offered tool are not.
+- Text that opens like a call written as JSON (`opens_like_call`) but holds none that decodes and
+  names an offered tool (cut short, an unknown name) is `text_tool_call` too: a call attempt.
+- One root cause, one mistake: an empty answer is only `empty_response`; a call leaked into text only
+  `text_tool_call` (it satisfies `tool_choice` naming it); an announced call only when nothing else is.
+- A sweep (small models write one valid call per offered tool, down the list): calls, made or
+  written as text, that begin with the first three of at least three offered tools in the order
+  offered are `tool_sweep`, the answer's one mistake. Strict on purpose: parallel calls an agent
+  means (Read, Read, Grep), one tool thrice, two tools, a sweep from the second tool are not.
 - `finish_reason="tool_calls"` with text and no calls is `missing_tool_call`; `"length"` is noted in
-  the detail of `invalid_json` / `empty_response`.
-- A `refusal` with no content is not an empty response.
+  the detail of `invalid_json` / `empty_response`. A `refusal` with no content is not an empty one.
 - Tool definitions may be chat-style `{"type":"function","function":{...}}`, Responses-style
   (flat `name`/`parameters`) or Anthropic-style (`input_schema`); `custom` tools take free text.
 """
@@ -81,6 +70,7 @@ from router.mistakes import (
     TEXT_TOOL_CALL,
     TOOL_SWEEP,
     UNKNOWN_TOOL,
+    Mistake,
 )
 from router.settings import default
 
@@ -93,15 +83,6 @@ _MISS: Final = object()
 
 class SchemaTooCostly(BadRequest):
     code = "schema_too_costly"
-
-
-@dataclass(frozen=True, slots=True)
-class Mistake:
-    """One defect found in an answer. `kind` is one of `KINDS`."""
-
-    kind: str
-    tool: str = ""
-    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,11 +40,10 @@ from router.core.lanes import STANDARD_LANE, Choice
 from router.core.offered import ToolSet
 from router.core.record import Record
 from router.core.repeats import Seen, resampled
-from router.core.validate import Mistake
 from router.core.verify import verify
 from router.errors import ChecksFailed, ChecksFailedRepeatedly, ContextExceeded, TierOpen, UpstreamError, UpstreamStatus
 from router.flow import retries
-from router.mistakes import CONTEXT_EXCEEDED, REPAIRABLE, TIER_OPEN, VERIFIER_REJECT
+from router.mistakes import CONTEXT_EXCEEDED, REPAIRABLE, TIER_OPEN, VERIFIER_REJECT, Mistake
 from router.policy.decide import Decision, fits
 from router.policy.model import Breaker, Policy
 from router.upstream.base import Prompt, Speed

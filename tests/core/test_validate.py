@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from router.core.validate import KINDS, Checks, Mistake, Validator, check
+from router.core.validate import KINDS, Checks, Validator, check
+from router.mistakes import Mistake
 from tests.sweeps import SHELL_TOOLS, SWEEP_CALLS, SWEEP_TEXT, calls, tool
 
 WEATHER = {
