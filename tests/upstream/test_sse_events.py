@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from aiohttp.base_protocol import BaseProtocol
 
-from router.upstream.http import Oversized, sse_events
+from router.upstream.sse import Oversized, sse_events
 
 
 async def events(*blocks: bytes, limit: int = 1024) -> list[bytes]:
