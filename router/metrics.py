@@ -54,6 +54,12 @@ class Metrics:
             ["tier", "route"],
             registry=r,
         )
+        self.loops_cut = Counter(  # router/upstream/loops.py
+            "router_loops_cut",
+            "Answers stopped where they went round in a loop, by tier and route",
+            ["tier", "route"],
+            registry=r,
+        )
         self.repeats = Counter(  # router/core/repeats.py
             "router_repeats",
             "Repeats of requests whose every attempt failed the checks, by route and outcome: resampled (run "

@@ -12,7 +12,7 @@ a default is said where it is done. The Agents SDK raises on a call of a tool it
 tool" result instead, as a plain loop would.
 
 Every HTTP call the SDK makes goes through an httpx client whose event hooks write down the router's
-answer: status, the x-router-* headers (tier, route, escalated, mistakes, repaired, salvaged,
+answer: status, the x-router-* headers (tier, route, escalated, mistakes, repaired, salvaged, looped,
 exhausted, verified, repeat) and the usage in the body. Calls are not streamed, so the headers carry
 the final decision (a stream's would be in its `: router` trailer).
 """
@@ -48,6 +48,7 @@ class Call:
     mistakes: list[str] = field(default_factory=list)
     repaired: bool = False
     salvaged: bool = False
+    looped: bool = False
     exhausted: bool = False
     verified: str | None = None
     repeat: str | None = None
@@ -68,6 +69,7 @@ class Call:
             mistakes=[m for m in mistakes.split(",") if m],
             repaired=headers.get("x-router-repaired") == "true",
             salvaged=headers.get("x-router-salvaged") == "true",
+            looped=headers.get("x-router-looped") == "true",
             exhausted=headers.get("x-router-exhausted") == "true",
             verified=headers.get("x-router-verified"),
             repeat=headers.get("x-router-repeat"),

@@ -84,6 +84,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "escalated_calls": sum(r["escalated"] for r in records),
         "repaired_calls": sum(bool(c.get("repaired")) for r in records for c in r["calls"]),
         "salvaged_calls": sum(bool(c.get("salvaged")) for r in records for c in r["calls"]),
+        "looped_calls": sum(bool(c.get("looped")) for r in records for c in r["calls"]),
         "sticky_calls": sum(r["sticky"] for r in records),
         "full_share": round(sum(r["on_full"] for r in records) / calls, 4) if calls else 0.0,
         "input_tokens_per_task": round(sum(r["tokens"]["input"] for r in records) / n) if n else 0,
@@ -115,14 +116,14 @@ def _row(name: str, s: dict[str, Any], base: dict[str, Any] | None) -> str:
     recovered = f"{s['tool_errors_recovered']}/{s['tool_errors']}"
     return (f"| {name} | {s['tasks']} | {s['success_rate']:.1%} | {times} | {s['steps_per_task']:.1f} | "
             f"{_kinds(s['mistakes_caught'])} | {_kinds(s['mistakes_reached'])} | {recovered} | "
-            f"{s['escalated_calls']} | {s['repaired_calls']} / {s['salvaged_calls']} | "
+            f"{s['escalated_calls']} | {s['repaired_calls']} / {s['salvaged_calls']} / {s.get('looped_calls', 0)} | "
             f"{s['sticky_calls']} | {s['full_share']:.1%} | {s['input_tokens_per_task']:,} / "
             f"{s['output_tokens_per_task']:,} | {s['p50_seconds']:.2f} | {s['p95_seconds']:.2f} |")  # fmt: skip
 
 
 HEAD = ("| configuration | tasks | success | x full only | steps / task | mistakes caught by the router | "
-        "mistakes that reached the agent | tool errors recovered | escalated calls | repaired / salvaged calls | "
-        "sticky calls | on full | "
+        "mistakes that reached the agent | tool errors recovered | escalated calls | "
+        "repaired / salvaged / looped calls | sticky calls | on full | "
         "tokens in / out per task | p50 s | p95 s |\n"
         "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
 
@@ -296,7 +297,7 @@ def _call(c: dict[str, Any]) -> str:
     """One call as the report shows it: tier/route, then what the router found."""
     mistakes = Counter(c.get("mistakes") or [])
     found = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in mistakes.items())
-    marks = [m for m, on in (("salvaged", c.get("salvaged")), ("repaired", c.get("repaired"))) if on]
+    marks = [m for m in ("salvaged", "repaired", "looped") if c.get(m)]
     status = "" if c["status"] < 400 else f" HTTP {c['status']}"
     inside = "; ".join(x for x in (found, *marks) if x)
     return f"{c.get('tier') or '?'}/{c.get('route') or '?'}{status}" + (f" [{inside}]" if inside else "")
@@ -306,8 +307,8 @@ def _lost(runs: dict[tuple[str, str], list[dict[str, Any]]], configs: list[str])
     """Per configuration, the runs it lost that full-only won, call by call: which calls lose tasks."""
     base = {(r["task"], loop): r for (c, loop), rs in runs.items() if c == BASE for r in rs}
     out = [f"## Where a configuration lost what {BASE} won", "",
-           "Each call as tier/route [mistakes the router found; salvaged, repaired]; tool errors are the "
-           "tools' answers the agent got back.", "",
+           "Each call as tier/route [mistakes the router found; salvaged, repaired, looped: stopped where it "
+           "went round in a loop]; tool errors are the tools' answers the agent got back.", "",
            "| configuration | task | loop | calls | tool errors | how it ended |",
            "|---|---|---|---|---:|---|"]  # fmt: skip
     rows = 0

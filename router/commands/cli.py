@@ -101,6 +101,7 @@ def fake_upstream(
     reset_before_first_byte: Annotated[float, typer.Option(help="share of connections closed unanswered")] = 0.0,
     malformed_sse: Annotated[float, typer.Option(help="share of streams with a garbage event")] = 0.0,
     endless: Annotated[bool, typer.Option(help="every answer never ends (a hostile upstream)")] = False,
+    loop: Annotated[bool, typer.Option(help="every chat answer goes round in a loop until max_tokens")] = False,
     greedy: Annotated[
         bool, typer.Option(help="the same request, the same answer (unless it asks for temperature > 0)")
     ] = False,
@@ -147,6 +148,7 @@ def fake_upstream(
         finish_after=finish_after,
         prefer_tools=tuple(prefer_tool or ()),
         endless=endless,
+        looping=loop,
         n_ctx=n_ctx,
         greedy=greedy,
         fast_models=tuple(fast_model) if fast_model else ("*",),

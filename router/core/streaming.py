@@ -17,41 +17,37 @@ from __future__ import annotations
 
 from typing import Any
 
+from router.upstream.answer import Answer
 from router.upstream.base import Chunk
 
 _SUSPECT_OPENERS = ("{", "[", "`", "<")
-_KEEP = ("id", "object", "created", "model", "system_fingerprint")
 
 
 class Gate:
     def __init__(self, tools_offered: bool) -> None:
         self.hold_text = tools_offered
-        self.text: list[str] = []
-        self.calls: dict[int, _Call] = {}  # by tool-call index
-        self.finish_reason: str | None = None
+        self.answer = Answer()  # what came so far: text, calls, finish (router/upstream/answer.py)
         self._held: list[Chunk] = []  # role-only and suspect-text chunks, in order
         self._tail: list[Chunk] = []  # finish and usage chunks
-        self._template: dict[str, Any] | None = None
         self._suspect: bool | None = None  # decided on the first non-blank text
         self._native_tail = False  # native events are being held in order, from a call or finish on
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.answer.finish_reason
 
     def feed(self, chunk: Chunk) -> list[Chunk]:
         """Take one upstream chunk; return what may be sent now."""
         d = chunk.data
-        if self._template is None:
-            self._template = {k: d[k] for k in _KEEP if k in d}
+        self.answer.add(d)
         choices = d.get("choices")
         if not choices:  # usage-only chunk (stream_options.include_usage)
             self._tail.append(chunk)
             return []
         choice = choices[0]
         delta = choice.get("delta") or {}
-        if fr := choice.get("finish_reason"):
-            self.finish_reason = fr
-        if delta.get("tool_calls"):
-            self._add_calls(delta["tool_calls"])
-        if text := delta.get("content"):
-            self.text.append(text)
+        fr = choice.get("finish_reason")
+        text = delta.get("content")
         if chunk.native is not None and (self._native_tail or delta.get("tool_calls") or fr):
             self._native_tail = True
             chunk.more = False
@@ -74,50 +70,30 @@ class Gate:
         out, self._held = self._held, []
         return out
 
-    def _add_calls(self, deltas: list[dict[str, Any]]) -> None:
-        for i, tc in enumerate(deltas):
-            idx = tc.get("index", i)
-            call = self.calls.get(idx)
-            if call is None:
-                call = self.calls[idx] = _Call()
-            if tc.get("id"):
-                call.id = tc["id"]
-            fn = tc.get("function") or {}
-            if fn.get("name"):
-                call.name.append(fn["name"])
-            if fn.get("arguments"):
-                call.arguments.append(fn["arguments"])
-
-    def tool_calls(self) -> list[dict[str, Any]]:
-        """The calls so far, each one's name and arguments joined once."""
-        return [self.calls[i].whole() for i in sorted(self.calls)]
-
     def message(self) -> dict[str, Any]:
-        msg: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
-        if self.calls:
-            msg["tool_calls"] = self.tool_calls()
-        return msg
+        return self.answer.message()
 
     def text_held(self) -> bool:
         """Is all the text so far held back (it opened like a call), with no call nor native event?"""
-        return self.hold_text and self._suspect is True and not self.calls and not self._native_tail
+        return self.hold_text and self._suspect is True and not self.answer.calls and not self._native_tail
 
     def replace_text(self, content: str | None, calls: list[dict[str, Any]]) -> None:
         """Salvage (router/flow/salvage.py): the held text becomes `content` and these calls, finish tool_calls."""
         self._held = [c for c in self._held if not (c.data.get("choices") or [{}])[0].get("delta", {}).get("content")]
         if content:
             self._held.append(self._synth({"content": content}))
-        self.text = [content] if content else []
-        self.calls = {}
-        self._add_calls([{"index": i, **call} for i, call in enumerate(calls)])
-        self.finish_reason = "tool_calls"
+        answer = self.answer
+        answer.text = [content] if content else []
+        answer.calls = {}
+        answer.add_calls([{"index": i, **call} for i, call in enumerate(calls)])
+        answer.finish_reason = "tool_calls"
         self._tail = [_with(c, {}, "tool_calls") if c.data.get("choices") else c for c in self._tail]
 
     def release(self) -> list[Chunk]:
         """After the answer passed: held text, the tool calls (whole), then finish and usage."""
         out = self._flush()
-        if self.calls and not self._native_tail:
-            calls = [{"index": n, **call} for n, call in enumerate(self.tool_calls())]
+        if self.answer.calls and not self._native_tail:
+            calls = [{"index": n, **call} for n, call in enumerate(self.answer.tool_calls())]
             out.append(self._synth({"tool_calls": calls}))
         out += self._tail
         self._tail = []
@@ -126,23 +102,8 @@ class Gate:
         return out
 
     def _synth(self, delta: dict[str, Any]) -> Chunk:
-        data = {**(self._template or {}), "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        data = {**(self.answer.template or {}), "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
         return Chunk(data)
-
-
-class _Call:
-    """A streamed tool call: its name and arguments as the parts that came (joined once, in `whole`)."""
-
-    __slots__ = ("arguments", "id", "name")
-
-    def __init__(self) -> None:
-        self.id = ""
-        self.name: list[str] = []
-        self.arguments: list[str] = []
-
-    def whole(self) -> dict[str, Any]:
-        function = {"name": "".join(self.name), "arguments": "".join(self.arguments)}
-        return {"id": self.id, "type": "function", "function": function}
 
 
 def _with(chunk: Chunk, delta: dict[str, Any], finish_reason: str | None) -> Chunk:

@@ -57,6 +57,11 @@ Per-request override header ``x-fake-fault`` (comma-separated, any combination):
   ``delay:<ms>``            delay before the response headers
   ``endless``               an answer that never ends: a JSON body, or a chat stream of one tool call
                             whose arguments (text, without tools) go on until the peer leaves
+  ``loop``                  chat only: the answer (a tool call written as text, ``{"name": ..., "arguments":
+                            ...}``, or the text) written again and again, a line each, until ``max_tokens``,
+                            finish "length" — as a small model answering greedily does; a stream writes a
+                            token (4 characters) per event and stops when the peer leaves (``left_early``
+                            in GET /_fake/stats)
 
 Rate knobs (``FakeConfig``): ``error_rate`` (HTTP 500), ``reset_before_first_byte``, ``reset_mid_stream``,
 ``malformed_sse``, ``bad_tool_rate``/``bad_tool_rates``; a forced header fault adds to them.
@@ -79,7 +84,7 @@ import orjson
 from aiohttp import web
 
 from router.fake.context import prompt_size, too_long
-from router.fake.faults import Plan, plan_of, send_endless
+from router.fake.faults import Plan, plan_of, send_endless, send_looping
 from router.fake.reasoning import messages_refusal, reasoning_items, responses_refusal, thinking_blocks
 from router.fake.responses import (
     MALFORMED_RESPONSES,
@@ -228,6 +233,13 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
         return error_response(plan.status, f"fake upstream: injected HTTP {plan.status}", anthropic)
     if plan.endless:
         return await send_endless(request, stream, answer.tool_name)
+    if plan.looping and api == "chat":
+        call = {"name": answer.tool_name, "arguments": orjson.loads(answer.tool_args or "{}")}
+        unit = (answer.text or orjson.dumps(call).decode()) + "\n"
+        limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 2048)
+        resp, left = await send_looping(request, stream, unit, limit, st.config.chunk_delay_ms / 1000 or 0.001)
+        st.left_early += left
+        return resp
     model = body.get("model")
     model = model if isinstance(model, str) else cfg.model
     prompt, completion = size or prompt_tokens(body), len(answer.text or answer.tool_args or "") // 4 + 1

@@ -26,6 +26,7 @@ class FakeConfig:
     prefer_tools: tuple[str, ...] = ()  # call the first of these that is offered (unless tool_choice names one)
     api_key: str | None = None  # if set, required as Bearer (or x-api-key on /v1/messages)
     endless: bool = False  # every answer never ends (as the ``endless`` fault)
+    looping: bool = False  # every chat answer goes round in a loop (as the ``loop`` fault)
     # a slot's context in tokens, as llama-server has one (router/fake/context.py): a prompt that fills it is
     # refused with llama-server's 400 (Anthropic's on /v1/messages), and /props, /apply-template, /tokenize
     # and the model list's `meta.n_ctx` are served. 0: no limit, and none of those (as other servers)

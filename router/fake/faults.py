@@ -27,11 +27,15 @@ class Plan:
     delay_ms: float = 0.0
     first_ms: float = 0.0
     endless: bool = False
+    looping: bool = False
 
 
 def parse_faults(header: str, plan: Plan) -> str | None:
     """Apply ``x-fake-fault`` to ``plan``; return an error message for a bad header."""
-    flags = {"reset": "reset", "reset-mid-stream": "reset_mid", "malformed-sse": "malformed", "endless": "endless"}
+    flags = {
+        "reset": "reset", "reset-mid-stream": "reset_mid", "malformed-sse": "malformed", "endless": "endless",
+        "loop": "looping",
+    }  # fmt: skip
     for item in filter(None, (part.strip() for part in header.split(","))):
         name, _, arg = item.partition(":")
         try:
@@ -52,7 +56,7 @@ def parse_faults(header: str, plan: Plan) -> str | None:
 
 def plan_of(header: str | None, rng: random.Random, cfg: FakeConfig) -> Plan | str:
     """The request's plan, or an error message for a bad header (then nothing is drawn)."""
-    plan = Plan(delay_ms=cfg.delay_ms, first_ms=cfg.first_token_delay_ms, endless=cfg.endless)
+    plan = Plan(delay_ms=cfg.delay_ms, first_ms=cfg.first_token_delay_ms, endless=cfg.endless, looping=cfg.looping)
     problem = parse_faults(header, plan) if header else None
     if problem:
         return problem
@@ -97,3 +101,37 @@ async def send_endless(request: web.Request, stream: bool, tool: str | None) -> 
             await asyncio.sleep(0)
     except (ConnectionError, RuntimeError):  # the peer went away (aiohttp: ClientConnectionResetError)
         return resp
+
+
+async def send_looping(
+    request: web.Request, stream: bool, unit: str, max_tokens: int, gap: float
+) -> tuple[web.StreamResponse, bool]:
+    """A chat answer that goes round in a loop, as a small model answering greedily does: `unit`
+    written again and again until `max_tokens` (a token: 4 characters), finish "length". A stream
+    writes one token per event, `gap` seconds apart, and stops when the peer goes away. Returns the
+    response and whether the peer left before its end."""
+    text = (unit * (max_tokens * 4 // len(unit) + 1))[: max_tokens * 4]
+    base = {"id": "chatcmpl-loop", "object": "chat.completion.chunk", "model": "fake-model"}
+    if not stream:
+        message = {"role": "assistant", "content": text}
+        usage = {"prompt_tokens": 1, "completion_tokens": max_tokens, "total_tokens": max_tokens + 1}
+        answer = {**base, "object": "chat.completion", "usage": usage,
+                  "choices": [{"index": 0, "message": message, "finish_reason": "length"}]}  # fmt: skip
+        return web.json_response(answer, dumps=lambda o: orjson.dumps(o).decode()), False
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return b"data: " + orjson.dumps({**base, "choices": [choice]}) + b"\n\n"
+
+    try:
+        await resp.write(event({"role": "assistant", "content": ""}))
+        for at in range(0, len(text), 4):
+            await resp.write(event({"content": text[at : at + 4]}))
+            await asyncio.sleep(gap)
+        await resp.write(event({}, "length") + b"data: [DONE]\n\n")
+        await resp.write_eof()
+    except (ConnectionError, RuntimeError):  # the peer went away (aiohttp: ClientConnectionResetError)
+        return resp, True
+    return resp, False

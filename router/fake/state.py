@@ -24,6 +24,7 @@ class FakeState:
         self.log: deque[dict[str, Any]] = deque(maxlen=100)
         self.requests = 0
         self.streams = 0
+        self.left_early = 0  # streams whose peer left before their end (the ``loop`` fault's)
         self.refused: Counter[str] = Counter()  # requests refused over reasoning state, by kind
         self.fast = FastLimit(config.fast_rate_limit)  # Anthropic's fast-mode rate limit (router/fake/speed.py)
         self.server: web.Server | None = None

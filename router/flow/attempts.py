@@ -81,6 +81,7 @@ class Attempts:
         self.repaired = False
         self.exhausted = False  # every attempt failed the checks (and the answer was refused or delivered)
         self.salvaged = False  # a call written as text was made structured (router/flow/salvage.py)
+        self.looped = False  # an answer went round in a loop and was stopped (router/upstream/loops.py)
         self.verdicts: list[str] = []  # "kind:accept|reject|unsure" per verified answer
         self.prompt_evaluated = 0  # prompt tokens the tiers' servers evaluated, by their own count
         self.prompt_reused = 0  # prompt tokens they reused from their cache (a session's kept prefix)

@@ -273,6 +273,8 @@ async def _reply(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIt
     if reply.speed is not None:
         attempts.sped(tier, reply.speed)
     attempts.answered(tier, reply.prompt)  # a whole answer: the tier's breaker starts counting again
+    if reply.looped:
+        _looped(attempts, tier)
     salvage_reply(attempts, tier, reply)  # a call written as text, made structured (router/flow/salvage.py)
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
@@ -309,6 +311,9 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
                 if chunk.speed is not None and chunk.speed is not speed:
                     speed = chunk.speed
                     attempts.sped(tier, speed)
+                if chunk.looped:
+                    _looped(attempts, tier)
+                    gate.answer.drop_repeated_calls()
                 received_more = chunk.more  # read first: the gate clears it on what it lets through
                 together += gate.feed(chunk)
                 if not received_more:
@@ -336,6 +341,12 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
     # the answer passed: nothing but the stream's end follows, which the transport writes with these
     for ready in _one_write(gate.release(), last_more=True):
         yield ready
+
+
+def _looped(attempts: Attempts, tier: str) -> None:
+    """`tier`'s answer went round in a loop and was stopped there (router/upstream/loops.py)."""
+    attempts.looped = True
+    attempts.parts.metrics.loops_cut.labels(tier, attempts.route).inc()
 
 
 def _one_write(chunks: list[Chunk], last_more: bool = False) -> list[Chunk]:

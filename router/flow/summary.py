@@ -24,6 +24,7 @@ def router_headers(attempts: Attempts) -> dict[str, str]:
         "x-router-repaired": "true" if attempts.repaired else "false",
         **({"x-router-exhausted": "true"} if attempts.exhausted else {}),
         "x-router-salvaged": "true" if attempts.salvaged else "false",
+        **({"x-router-looped": "true"} if attempts.looped else {}),
         "x-router-lane": attempts.lane.name,
         **({"x-router-verified": ",".join(attempts.verdicts)} if attempts.verdicts else {}),
         **(
@@ -55,6 +56,7 @@ def summary(attempts: Attempts) -> bytes:
             "repaired": attempts.repaired,
             "exhausted": attempts.exhausted,
             "salvaged": attempts.salvaged,
+            **({"looped": True} if attempts.looped else {}),
             "verified": attempts.verdicts,
             "lane": attempts.lane.name,
             "prompt_tokens": {"evaluated": attempts.prompt_evaluated, "reused": attempts.prompt_reused},

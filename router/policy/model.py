@@ -102,6 +102,11 @@ class Tier(Strict):
         "tier's own previous_response_id (router/upstream/responses_ws.py)",
     )
     sessions: Sessions = Sessions()
+    cut_loops: bool = Field(
+        default=False,
+        description="read answers as streams and stop one that goes round in a loop (the same stretch of 32+ "
+        "characters 3 times in a row), keeping its text up to the first copy's end (router/upstream/loops.py)",
+    )
     max_output_tokens: int | None = Field(
         default=None,
         ge=1,
@@ -153,6 +158,8 @@ class Tier(Strict):
             raise ValueError("speed: only anthropic/* tiers take it (fast mode); openai/* tiers have service_tier")
         if self.service_tier is not None and self.provider != "openai":
             raise ValueError("service_tier: a key of openai/* tiers; anthropic/* tiers have speed")
+        if self.cut_loops and self.provider != "openai":
+            raise ValueError("cut_loops: for openai/<id> tiers (llama.cpp, vLLM, SGLang)")
         if (self.sessions.slots or self.sessions.warm) and self.provider != "openai":
             raise ValueError("sessions.slots and sessions.warm are for openai/<id> tiers (llama.cpp, vLLM, SGLang)")
         for base in self.api_bases:

@@ -65,6 +65,7 @@ class Reply:
     native: dict[str, Any] | None = None  # the answer in the client's own API, from a tier that speaks it
     prompt: Prompt | None = None  # the server's count of the prompt, where it gives one
     speed: Speed | None = None  # the speed it was served at, where its provider says (or the router knows)
+    looped: bool = False  # it went round in a loop and was stopped there (router/upstream/loops.py)
 
 
 @dataclass(slots=True)
@@ -76,6 +77,7 @@ class Chunk:
     prompt: Prompt | None = None  # the server's count of the prompt (on the event that carries usage)
     beat: bool = False  # no answer yet: a keep-alive for the client (router/flow/pipeline.py's `stream`)
     speed: Speed | None = None  # the speed the answer is served at (on the events that say it)
+    looped: bool = False  # the answer went round in a loop and ends here (router/upstream/loops.py)
 
 
 class Tiers(Protocol):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import orjson
@@ -37,9 +37,11 @@ from router.sessions import Session
 from router.sessions.affinity import Affinity, Lease
 from router.sessions.provenance import mark_items, model_tag
 from router.upstream import llama_cpp, scoring
+from router.upstream.answer import Answer
 from router.upstream.base import Chunk, Limits, Native, Prompt, Reply, token_count
 from router.upstream.context import props_window, served_window
 from router.upstream.http import PooledHTTP
+from router.upstream.loops import Loop
 from router.upstream.openai_body import TierBody
 from router.upstream.responses_tools import ToolMap
 from router.upstream.responses_view import ResponsesEvents, completion_of
@@ -51,6 +53,7 @@ log = logging.getLogger("router.upstream")
 # what a server without llama-server's /apply-template and /tokenize answers there
 _NOT_HERE = frozenset({401, 403, 404, 405, 501})
 _ENDED = ("response.completed", "response.incomplete")
+_HEAD = ("id", "object", "created", "model")  # a chunk's fields a chunk made here repeats
 
 
 class OpenAICompatUpstream(PooledHTTP):
@@ -85,6 +88,8 @@ class OpenAICompatUpstream(PooledHTTP):
             if self.llama_cpp and (name := llama_cpp.named_choice(body)) is not None:
                 completion = await self._forced_call(body, name, lease, deadline)
                 return Reply(completion, prompt=prompt_of(completion))
+            if self.config.cut_loops and not legacy:
+                return await self._whole_stream(body, deadline, lease)
             payload = self.bodies.chat(body, False, lease.slot)
             return await self.post_json(
                 self.urls[lease.replica], payload, deadline, lambda raw, data: self._reply(raw, data, legacy)
@@ -92,20 +97,67 @@ class OpenAICompatUpstream(PooledHTTP):
         finally:
             lease.release()
 
+    async def _whole_stream(self, body: dict[str, Any], deadline: float, lease: Lease) -> Reply:
+        """A whole answer read as a stream, stopped where it loops (router/upstream/loops.py)."""
+        payload = self.bodies.chat({**body, "stream_options": {"include_usage": True}}, True, lease.slot)
+        answer, loop, speed = Answer(), Loop(), None
+        events = self._events(self.urls[lease.replica], payload, deadline)
+        try:
+            async for chunk in events:
+                answer.add(chunk.data)
+                speed = chunk.speed or speed
+                if loop.feed(chunk.data):
+                    break
+        finally:
+            await events.aclose()
+        if loop.looped:
+            answer.text = [loop.kept("".join(answer.text))]
+            answer.drop_repeated_calls()
+            answer.finish_reason = loop.finish
+            answer.usage = {"completion_tokens": loop.deltas}  # written until then; the prompt's count never came
+            self._looped(loop.deltas)
+        data = answer.completion()
+        if problem := _malformed(data, "message"):
+            raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
+        self.llama_cpp = self.llama_cpp or answer.timings is not None
+        return Reply(data, prompt=prompt_of(data), speed=speed, looped=loop.looped)
+
     def stream(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
         if self.affinity.slots or (self.llama_cpp and llama_cpp.named_choice(body) is not None):
-            return self._held_stream(body, deadline, session)
-        heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
+            return self._watched(self._held_stream(body, deadline, session))
         url = self.urls[self.affinity.place(session).replica]  # no slot: nothing is held, no wrapper per chunk
-        return self.post_events(
-            url, self.bodies.chat(body, True), deadline, lambda r: _without_repeated_heads(self._chunk(r), heads)
-        )
+        return self._watched(self._events(url, self.bodies.chat(body, True), deadline))
+
+    def _events(self, url: str, payload: bytes, deadline: float) -> AsyncGenerator[Chunk, None]:
+        heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
+        return self.post_events(url, payload, deadline, lambda r: _without_repeated_heads(self._chunk(r), heads))
+
+    def _watched(self, chunks: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:
+        """`chunks`, ended where the answer loops when the tier says `cut_loops`: a finish chunk
+        (`looped`) follows the last one read, and the tier is not read further."""
+        return chunks if not self.config.cut_loops else self._cut(chunks)
+
+    async def _cut(self, chunks: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:
+        loop = Loop()
+        try:
+            async for chunk in chunks:
+                yield chunk
+                if loop.feed(chunk.data):
+                    self._looped(loop.deltas)
+                    end: dict[str, Any] = {k: chunk.data[k] for k in _HEAD if k in chunk.data}
+                    end["choices"] = [{"index": 0, "delta": {}, "finish_reason": loop.finish}]
+                    yield Chunk(end, looped=True)
+                    return
+        finally:
+            await chunks.aclose()
+
+    def _looped(self, tokens: int) -> None:
+        log.info("tier %s: the answer went round in a loop; stopped after %d tokens", self.tier, tokens)
 
     async def _held_stream(
         self, body: dict[str, Any], deadline: float, session: Session | None
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncGenerator[Chunk, None]:
         """A stream in a slot (held until it ends), or a forced call's chunks."""
-        heads: dict[int, str] = {}
         lease = self.affinity.place(session)
         try:
             if self.llama_cpp and (name := llama_cpp.named_choice(body)) is not None:
@@ -114,8 +166,7 @@ class OpenAICompatUpstream(PooledHTTP):
                     yield Chunk(data, prompt=prompt_of(data) if "timings" in data else None)
                 return
             payload = self.bodies.chat(body, True, lease.slot)
-            url = self.urls[lease.replica]
-            events = self.post_events(url, payload, deadline, lambda r: _without_repeated_heads(self._chunk(r), heads))
+            events = self._events(self.urls[lease.replica], payload, deadline)
             try:
                 async for chunk in events:
                     yield chunk
