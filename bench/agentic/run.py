@@ -44,6 +44,7 @@ POLICIES = Path(__file__).with_name("policies")
 MAX_STEPS = 12  # model calls per task, every loop
 TASK_TIMEOUT = 1800.0  # seconds per task (a cold 1.5B prefill of a long file on CPU takes minutes)
 INFRA_LIMIT = 3  # tasks in a row that could not reach the router: the run stops
+FULL_MODEL = ("full", "full-resample")  # the tiers of the 1.5B: full, and its sampled variant repeats run on
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ async def run_task(
         "tool_calls": stats.calls, "tool_errors": stats.errors, "recovered": stats.recovered,
         "caught": dict(caught), "reached": dict(reached),
         "escalated": sum(c["escalated"] for c in calls), "sticky": sum(c["route"] == "sticky" for c in calls),
-        "on_full": sum(c["tier"] == "full" for c in calls if c["status"] < 400),
+        "on_full": sum(c["tier"] in FULL_MODEL for c in calls if c["status"] < 400),
         "tokens": {"input": sum(c["input_tokens"] for c in calls), "output": sum(c["output_tokens"] for c in calls)},
         "changes": env.changes()[:20], "tools_used": [e.tool for e in env.log][:40],
         "session": session, "at": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -14,6 +14,9 @@ failed stream unstreamed, with a smaller `max_tokens`), and runs a repeat of it 
                             error of the last resampled run is already non-retryable, so a client
                             that honours `x-should-retry` does not come back
 
+A repeat tier whose `params` pin temperature 0 answers a resampled run as greedily as the first: no
+repeat is resampled, the first run's error is already non-retryable and says why (`Resampling`).
+
 A run that passes forgets the request. Bounded: at most `repeat_max_entries` requests (the least
 recently failed dropped first), each forgotten `repeat_ttl` seconds after its last failed run
 (router/settings.py). A call computes the digest only while a remembered request has its shape
@@ -33,6 +36,7 @@ from typing import Any
 import orjson
 
 from router.core.call import Call
+from router.policy.model import Policy
 
 Shape = tuple[str, int, tuple[str, ...], str | None, int]
 # fields of a request that do not change what a greedy tier answers: a repeat may differ in them
@@ -126,6 +130,41 @@ class Repeats:
         self._shapes[entry.shape] -= 1
         if self._shapes[entry.shape] <= 0:
             del self._shapes[entry.shape]
+
+
+@dataclass(frozen=True, slots=True)
+class Resampling:
+    """How the repeats of an exhausted request are run, as the policy's `escalation.repeat` says."""
+
+    tier: str  # every attempt of a resampled run: `repeat.tier`, else the chain's last, else the routed tier
+    temperature: float  # what `tier` answers it at: `repeat.temperature`, unless its `params` pin their own
+    runs: int  # repeats resampled, the later ones refused: `repeat.resample`, 0 when `greedy`
+
+    @property
+    def greedy(self) -> bool:
+        """`tier` answers at temperature 0: a resampled run could not differ from the run it repeats."""
+        return self.temperature == 0
+
+    @property
+    def stop(self) -> str:
+        """Why a request that failed every run it was given is not run again, as its client is told."""
+        if self.greedy:
+            return (f"Its tiers answer greedily (temperature 0 on {self.tier}, where a retry would run): asked again "
+                    "it fails the same way: change the request.")  # fmt: skip
+        return "Asked the same way it fails the same way: change the request."
+
+    @classmethod
+    def of(cls, policy: Policy, routed: str) -> Resampling | None:
+        """The resampling of a call `policy` routed to tier `routed` (None: `repeat: null`)."""
+        repeat = policy.escalation.repeat
+        if repeat is None:
+            return None
+        chain = policy.escalation.chain
+        tier = repeat.tier or (chain[-1] if chain else routed)
+        model = policy.models.get(tier)
+        pinned = model.pinned_temperature if model is not None else None
+        temperature = pinned if pinned is not None else repeat.temperature
+        return cls(tier, temperature, 0 if temperature == 0 else repeat.resample)
 
 
 def resampled(call: Call, temperature: float) -> Call:

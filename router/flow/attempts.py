@@ -11,7 +11,7 @@ hands it over instead), saying what the client has: nothing, or (a stream) the t
 Such a request is remembered (router/core/repeats.py): a repeat of it — the agent's retry — is
 resampled (every attempt on the repeat tier, at the repeat temperature) while `repeat.resample`
 allows, else refused at once with `ChecksFailedRepeatedly` (non-retryable), also the error of the
-last resampled run that fails.
+last resampled run that fails (of the first run, if the repeat tier is greedy: `Resampling`).
 
 A tier whose breaker is open (router/core/breaker.py) is skipped, `tier_open` among the mistakes;
 with none left the call ends with `TierOpen` (a retryable 503 with Retry-After). Upstream errors of a
@@ -39,7 +39,7 @@ from router.core.escalate import Escalate
 from router.core.lanes import STANDARD_LANE, Choice
 from router.core.offered import ToolSet
 from router.core.record import Record
-from router.core.repeats import Seen, resampled
+from router.core.repeats import Resampling, Seen, resampled
 from router.core.verify import verify
 from router.errors import ChecksFailed, ChecksFailedRepeatedly, ContextExceeded, TierOpen, UpstreamError, UpstreamStatus
 from router.flow import retries
@@ -88,6 +88,7 @@ class Attempts:
         self.streamed = False  # a stream's client has part of the answer (text, which is not held)
         self.seen = seen if seen is not None else Seen(call)  # the request's earlier runs (router/core/repeats.py)
         self.repeat: str | None = None  # how this repeat of an exhausted request runs: "resampled", "refused"
+        self.resampling = Resampling.of(policy, decision.tier)  # None: repeats run as they come
         self._native: dict[str, bool] = {}  # tier → its latest attempt got the client's own request
         self._speeds: dict[str, Speed] = {}  # tier → the speed its latest attempt is served at, as it says
         self._repair_tool: str | None = None
@@ -98,23 +99,21 @@ class Attempts:
         self.admitted: tuple[Any, ToolSet] | None = None  # the offered tools and the validator's reading of them
         self.started = asyncio.get_running_loop().time()
         self.deadline = self.started + policy.escalation.deadline
-        if (repeat := policy.escalation.repeat) is not None and self.seen.runs:
-            if self.seen.runs > repeat.resample:
+        if (resampling := self.resampling) is not None and self.seen.runs:
+            if self.seen.runs > resampling.runs:
                 self.repeat = "refused"
             else:
                 self.repeat = "resampled"
-                self.call = resampled(call, repeat.temperature)
-                chain = policy.escalation.chain
-                self.tier = repeat.tier or (chain[-1] if chain else decision.tier)
+                self.call = resampled(call, resampling.temperature)
+                self.tier = resampling.tier
             parts.metrics.repeats.labels(self.route, self.repeat).inc()
 
     def refused(self) -> ChecksFailedRepeatedly:
         """The error of a repeat that is not run (`repeat == "refused"`)."""
-        return ChecksFailedRepeatedly(
-            f"This request failed the router's checks in each of its last {self.seen.runs} runs; it was not "
-            "run again. Asked the same way it fails the same way: change the request.",
-            tier=self.tier,
-        )
+        runs, stop = self.seen.runs, self.resampling.stop if self.resampling is not None else ""
+        failed = "in its last run" if runs == 1 else f"in each of its last {runs} runs"
+        return ChecksFailedRepeatedly(f"This request failed the router's checks {failed}; it was not run again. {stop}",
+                                      tier=self.tier)  # fmt: skip
 
     # -- the loop ---------------------------------------------------------------------------
     def attempts(self) -> AsyncRetrying:
@@ -240,20 +239,21 @@ class Attempts:
         sent = "nothing was delivered"
         if self.streamed:  # text is not held: the client has it
             sent = "no tool call was delivered, only the text already streamed"
-        repeat = self.policy.escalation.repeat
-        runs = self.parts.repeats.exhausted(self.seen) if repeat is not None else 0
+        resampling = self.resampling
+        runs = self.parts.repeats.exhausted(self.seen) if resampling is not None else 0
         log.warning(
             "route %s: no attempt left after %s (tiers %s, run %d of this request); answering with an error",
             self.route, ",".join(self.mistakes), ",".join(self.tried), max(runs, 1),
         )  # fmt: skip
         failed = f"Every answer failed the router's checks ({kinds})"
-        if repeat is None:
+        if resampling is None:
             return ChecksFailed(f"{failed}; {sent}. Retrying may succeed.", tier=tier)
-        if runs <= repeat.resample:
+        if runs <= resampling.runs:
             retry = "A retry of this request is run again resampled, and may succeed."
             return ChecksFailed(f"{failed}; {sent}. {retry}", tier=tier)
-        stop = "Asked the same way it fails the same way: change the request."
-        return ChecksFailedRepeatedly(f"{failed}, in each of its last {runs} runs; {sent}. {stop}", tier=tier)
+        if runs > 1:
+            failed += f", in each of its last {runs} runs"
+        return ChecksFailedRepeatedly(f"{failed}; {sent}. {resampling.stop}", tier=tier)
 
     async def verify(self, tier: str, body: Mapping[str, Any], choice: Mapping[str, Any]) -> None:
         """Run the route's verifier on a well-formed call of a checked tier; escalate on rejection."""
@@ -286,7 +286,7 @@ class Attempts:
         if self._stronger(tier) != tier or self._fitting is not None:
             return False
         model = self.policy.models.get(tier)
-        pinned = model.params.get("temperature") if model is not None else None
+        pinned = model.pinned_temperature if model is not None else None
         return (pinned if pinned is not None else self.call.body.get("temperature")) == 0
 
     def _repairable(self, tier: str, found: Sequence[Mistake]) -> str | None:

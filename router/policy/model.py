@@ -138,6 +138,12 @@ class Tier(Strict):
         return self.model.split("/", 1)[1] if self.provider == "openai" and "/" in self.model else self.model
 
     @property
+    def pinned_temperature(self) -> float | None:
+        """The temperature its `params` pin, which every request to it is answered at (None: the request's)."""
+        pinned = self.params.get("temperature")
+        return pinned if isinstance(pinned, int | float) and not isinstance(pinned, bool) else None
+
+    @property
     def api_bases(self) -> tuple[str, ...]:
         """The server URLs: one, or a tier's replicas."""
         if self.api_base is None:
@@ -193,7 +199,8 @@ class Repeat(Strict):
     """A request identical to one whose every attempt failed the checks — most often the agent retrying
     the router's retryable `checks_failed` error — is not run the same way again (router/core/repeats.py):
     the first `resample` such repeats start on `tier` with every attempt sampled at `temperature`; the
-    next one is refused at once (a non-retryable `checks_failed`), as is the error of the last resampled run."""
+    next one is refused at once (a non-retryable `checks_failed`), as is the error of the last resampled run.
+    A `tier` whose params pin temperature 0 would answer a resampled run the same way: none is run."""
 
     resample: int = Field(
         default=2, ge=0, description="repeats of an exhausted request run again resampled; later ones are refused"
@@ -204,7 +211,8 @@ class Repeat(Strict):
     tier: str | None = Field(
         default=None,
         description="tier of a resampled run (default: the escalation chain's last, else the route's); a tier "
-        "whose params pin temperature keeps its own: a sampled variant of a greedy tier goes here",
+        "whose params pin temperature keeps its own, and a greedy one (0) gets no resampled run: a sampled "
+        "variant of a greedy tier goes here",
     )
 
 

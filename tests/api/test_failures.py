@@ -94,6 +94,24 @@ async def test_a_repeat_is_resampled_then_refused_at_once(start_fake_, proxy_) -
     assert 'router_repeats_total{outcome="refused",route="simple-tool-call"} 1.0' in metrics
 
 
+async def test_a_greedy_repeat_tier_is_told_not_to_retry_at_once(start_fake_, proxy_) -> None:
+    """full, the tier a repeat would run on, pins temperature 0: resampled there, a repeat could not
+    differ, so the first error already says not to retry, and the repeat is refused with no call."""
+    fast, full = await start_fake_(ANNOUNCED), await start_fake_(ANNOUNCED_TOO)
+    pinned = "model: openai/full-model\n    params: {temperature: 0}"
+    proxy = await proxy_(policy_text(fast.url, full.url, extra=TWICE).replace("model: openai/full-model", pinned))
+    path, body = APIS["chat"]
+    seen, messages = [], []
+    for _ in range(2):
+        raw = await post(proxy.url + path, body)
+        assert raw.status == 502
+        seen.append((raw.headers.get("x-router-repeat"), raw.headers["x-should-retry"]))
+        messages.append(raw.json()["error"]["message"])
+    assert seen == [(None, "false"), ("refused", "false")]
+    assert all("answer greedily (temperature 0 on full" in m and "change the request" in m for m in messages)
+    assert len(await fake_requests(fast.url)) == len(await fake_requests(full.url)) == 1
+
+
 async def test_a_websocket_turn_has_its_access_log_line(start_fake_, proxy_, sdk, caplog) -> None:
     fast, full = await start_fake_(ANNOUNCED), await start_fake_(ANNOUNCED_TOO)  # text answers are fine
     proxy = await proxy_(policy_text(fast.url, full.url, extra=TWICE))

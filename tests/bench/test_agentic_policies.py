@@ -34,11 +34,12 @@ def test_routed_is_local_yaml_as_is() -> None:
 def test_single_tier_configurations(tier: str) -> None:
     """fast-only / full-only: the same tiers, no session read in the background, answers read to
     their end (no loop cut); every call on the one tier, delivered as written (one attempt, no
-    repeat handling)."""
+    repeat handling: full-resample unused)."""
     expected = copy.deepcopy(_load(LOCAL))
     for model in expected["models"].values():
-        model["sessions"]["warm"] = False
-        del model["cut_loops"]
+        if "sessions" in model:
+            model["sessions"]["warm"] = False
+        model.pop("cut_loops", None)
     expected["routes"] = [{"name": "all", "use": tier}]
     expected["escalation"] = {"max_attempts": 1, "on_exhausted": "deliver", "repeat": None}
     assert _load(CONFIGS[f"{tier}-only"].policy) == expected

@@ -29,6 +29,14 @@ def policy(repeat: str = "") -> str:
     return policy_text(UNUSED, extra=f"escalation: {escalation}\n")
 
 
+def greedy(text: str, *tiers: str) -> str:
+    """`text` with the params of `tiers` pinning temperature 0, as policies/local.yaml's do."""
+    for tier in tiers:
+        model = f"model: openai/{tier}-model"
+        text = text.replace(model, f"{model}\n    params: {{temperature: 0}}")
+    return text
+
+
 def counted(runtime: Any, outcome: str, route: str = "simple-tool-call") -> float:
     return runtime.metrics.repeats.labels(route, outcome)._value.get()  # type: ignore[no-any-return]
 
@@ -153,6 +161,45 @@ async def test_the_repeat_tier_is_the_policys_own(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as bad:
         parse_policy(policy("{tier: nowhere}"), "p.yaml", {})
     assert any("escalation.repeat.tier" in e and "unknown tier 'nowhere'" in e for e in bad.value.errors)
+
+
+@pytest.mark.parametrize(("repeat", "pinned"), [("", "full"), ("{tier: fast}", "fast")])
+async def test_a_greedy_repeat_tier_stops_the_client_at_once(tmp_path: Path, repeat: str, pinned: str) -> None:
+    """The tier a repeat would run on (the chain's last, or `repeat.tier`) pins temperature 0: a
+    resampled run could not differ, so the first run's error already says not to retry, and why; the
+    repeat is refused with no upstream call."""
+    fast, full = Scripted("fast", [BAD]), Scripted("full", [BAD])
+    async with started(greedy(policy(repeat), pinned), tmp_path, fast=fast, full=full) as runtime:
+        with pytest.raises(ChecksFailedRepeatedly) as first:
+            await pipeline.complete(runtime, ask("weather?", tools=True))
+        assert not first.value.should_retry and error_headers(first.value)["x-should-retry"] == "false"
+        assert f"answer greedily (temperature 0 on {pinned}" in first.value.message
+        assert "fails the same way" in first.value.message and "in each of its last" not in first.value.message
+        with pytest.raises(ChecksFailedRepeatedly) as refused:
+            await pipeline.complete(runtime, ask("weather?", tools=True))
+        assert refused.value.attempts.tried == [] and error_headers(refused.value)["x-router-repeat"] == "refused"
+        assert "failed the router's checks in its last run" in refused.value.message
+        assert f"answer greedily (temperature 0 on {pinned}" in refused.value.message
+        assert (counted(runtime, "resampled"), counted(runtime, "refused")) == (0, 1)
+    assert (len(fast.bodies), len(full.bodies)) == (1, 1)  # the refused repeat called no tier
+
+
+async def test_a_sampled_variant_of_a_greedy_tier_resamples_its_repeats(tmp_path: Path) -> None:
+    """Greedy tiers, the repeats on a sampled variant of the strongest (policies/local.yaml's
+    `full-resample`): the first error invites the retry, which is resampled there, as ever."""
+    variant = f"  full-resample:\n    model: openai/full-model\n    api_base: {UNUSED}\n"
+    variant += "    params: {temperature: 0.7}\n"
+    text = greedy(policy("{tier: full-resample}"), "fast", "full").replace("store:", variant + "store:")
+    fast, full, resample = Scripted("fast", [BAD]), Scripted("full", [BAD]), Scripted("full-resample", [BAD, GOOD])
+    async with started(text, tmp_path, fast=fast, full=full, **{"full-resample": resample}) as runtime:
+        with pytest.raises(ChecksFailed) as first:
+            await pipeline.complete(runtime, ask("weather?", tools=True))
+        assert first.value.should_retry and "run again resampled" in first.value.message
+        attempts, reply = await pipeline.complete(runtime, ask("weather?", tools=True))
+    assert attempts.repeat == "resampled" and attempts.tried == ["full-resample", "full-resample"]
+    assert reply.data["model"] == "full-resample"
+    assert [b["temperature"] for b in resample.bodies] == [0.7, 0.7]
+    assert (len(fast.bodies), len(full.bodies)) == (1, 1)
 
 
 async def test_a_streams_error_after_its_text_says_the_text_was_all_it_got(tmp_path: Path) -> None:

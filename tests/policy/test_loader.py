@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from router.policy.loader import PolicyError, check_file, load_policy, parse_policy
-from router.policy.model import AfterAgentError, Escalation, Policy
+from router.policy.model import AfterAgentError, Escalation, Policy, Sessions
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = sorted((ROOT / "policies").rglob("*.yaml"))
@@ -129,6 +129,19 @@ def test_local_policy_takes_ports_from_env() -> None:
     gemma = load_policy(path, {"FAST_MODEL": "gemma-3-270m", "FAST_SLOTS": "0", "FAST_WARM": "false"})
     assert gemma.models["fast"].upstream_model == "gemma-3-270m"
     assert gemma.models["fast"].sessions.slots == 0 and not gemma.models["fast"].sessions.warm
+
+
+def test_local_policys_repeats_run_on_a_sampled_full_that_nothing_routes_to() -> None:
+    """Both tiers greedy, a repeat resampled on them would fail the same way: full-resample is full's
+    model and server, sampled, pinning no slot of the server full pins, and only repeats run on it."""
+    policy = load_policy(ROOT / "policies" / "local.yaml", {})
+    full, variant = policy.models["full"], policy.models["full-resample"]
+    assert policy.models["fast"].pinned_temperature == full.pinned_temperature == 0
+    assert variant.pinned_temperature == 0.7 and variant.sessions == Sessions()
+    same = {"sessions", "params"}
+    assert variant.model_dump(exclude=same) == full.model_dump(exclude=same)
+    assert policy.escalation.repeat is not None and policy.escalation.repeat.tier == "full-resample"
+    assert "full-resample" not in policy.escalation.chain and "full-resample" not in repr(policy.routes)
 
 
 def test_anthropic_example_needs_its_key() -> None:
