@@ -206,7 +206,8 @@ def _tasks() -> list[Task]:
         run(step("read_message", message_id="m1"), step("send_message", to="@maria", text="875 units in Q1."),
             answer="Sent: 875 units."), 3)
     add("ch-lee-question", "Lee Park asked me something by message. Find it and answer his question by message.",
-        ("chain",), tools_of("messages", "contacts", "files"), (Sent("@lee.park", all=("staging-3.falcon.internal",)),),
+        ("chain",), tools_of("messages", "contacts", "files"),
+        (Sent("@lee.park", all=("staging-3.falcon.internal",)), SentCount(1)),
         run(step("list_messages", shows="m3"), step("read_message", message_id="m3", shows="staging server"),
             step("grep", pattern="staging", path="/docs", shows="staging-3.falcon.internal"),
             step("send_message", to="@lee.park", text="The staging server is staging-3.falcon.internal."),
@@ -215,7 +216,7 @@ def _tasks() -> list[Task]:
             answer="Done."), 2)
     add("ch-retro", "Priya sent me a request about the retro. Please do it.", ("chain",),
         tools_of("messages", "calendar", "contacts"),
-        (Event("2025-03-14", "11:00", ("retro",), 45, ("@ana", "@tom")),),
+        (Event("2025-03-14", "11:00", ("retro",), 45, ("@ana", "@tom")), EventCount(7)),
         run(step("list_messages", shows="Retro"), step("read_message", message_id="m5", shows="45 minutes"),
             step("create_event", title="Retro", date="2025-03-14", start="11:00", duration_minutes=45,
                  attendees=["@ana", "@tom"]),
@@ -230,7 +231,7 @@ def _tasks() -> list[Task]:
         run(step("ls", path="/notes"), answer="Friday 2025-03-07 at 15:00."), 1)
     add("ch-assignee-ping",
         "Who is assigned to issue #3? Send them a message asking for a status update on that issue.", ("chain",),
-        tools_of("issues", "messages", "contacts"), (Sent("@ana", any=("#3", "issue 3", "login")),),
+        tools_of("issues", "messages", "contacts"), (Sent("@ana", any=("#3", "issue 3", "login")), SentCount(1)),
         run(step("get_issue", issue_id=3, shows="assignee=@ana"),
             step("send_message", to="@ana", text="Hi Ana, any update on issue #3 (login fails with an expired token)?"),
             answer="Ana is assigned; I asked her for an update on #3."),
@@ -241,7 +242,7 @@ def _tasks() -> list[Task]:
         run(step("list_issues", status="open", label="bug", shows=("#4", "#8")), answer="2 (#4 and #8)."),
         run(step("list_issues", status="open", label="bug"), answer="3"), 2)
     add("ch-close-6", "Issue #6 is done: close it and add the comment 'Documented in docs/deploy.md'.", ("chain",),
-        tools_of("issues"), (Issue(6, status="closed", comment=("documented in docs/deploy.md",)),),
+        tools_of("issues"), (Issue(6, status="closed", comment=("documented in docs/deploy.md",)), IssueCount(8)),
         run(step("update_issue", issue_id=6, status="closed"),
             step("comment_issue", issue_id=6, text="Documented in docs/deploy.md"),
             answer="Closed #6 with the comment."),
@@ -268,7 +269,7 @@ def _tasks() -> list[Task]:
         run(step("list_events", date="2025-03-12"), answer="Yes, you are free."), 1)
     add("ch-move-lunch", "Move my lunch with Maria on Friday one hour later, keeping its length.", ("chain",),
         tools_of("calendar", "contacts"),
-        (Event("2025-03-14", "13:00", ("lunch",), 60), NoEvent(("lunch",), "2025-03-14", "12:00")),
+        (Event("2025-03-14", "13:00", ("lunch",), 60), NoEvent(("lunch",), "2025-03-14", "12:00"), EventCount(6)),
         run(step("list_events", date="2025-03-14", shows="ev-6"), step("delete_event", event_id="ev-6"),
             step("create_event", title="Lunch with Maria", date="2025-03-14", start="13:00", duration_minutes=60,
                  attendees=["@maria"]), answer="Lunch with Maria is now on Friday 13:00-14:00."),
@@ -295,7 +296,7 @@ def _tasks() -> list[Task]:
     add("ch-due-event",
         "One item on my todo list (/notes/todo.txt) has a due date. Put it in my calendar on that date at 09:00 "
         "for 30 minutes.", ("chain",), tools_of("files", "calendar"),
-        (Event("2025-03-14", "09:00", ("tls", "certificate"), 30),),
+        (Event("2025-03-14", "09:00", ("tls", "certificate"), 30), EventCount(7)),
         run(step("cat", path="/notes/todo.txt", shows="due 2025-03-14"),
             step("create_event", title="Renew TLS certificate", date="2025-03-14", start="09:00", duration_minutes=30),
             answer="Added 'Renew TLS certificate' on 2025-03-14 at 09:00."),
@@ -314,7 +315,7 @@ def _tasks() -> list[Task]:
         "Open an issue about the failed production deploy in /logs/deploy.log: its title must contain the version, "
         "label it bug, and assign it to the person on call named in /README.md.", ("chain",),
         tools_of("files", "issues", "contacts"),
-        (Issue(title=("2.4.1",), status="open", label="bug", assignee="@tom"),),
+        (Issue(title=("2.4.1",), status="open", label="bug", assignee="@tom"), IssueCount(9)),
         run(step("cat", path="/logs/deploy.log", shows="2.4.1 to production: FAILED"),
             step("cat", path="/README.md", shows="On call this week: Tom Becker (@tom)"),
             step("create_issue", title="Production deploy of 2.4.1 failed", labels=["bug"]),
@@ -324,7 +325,7 @@ def _tasks() -> list[Task]:
     add("ch-release-support",
         "The release checklist in /docs says to tell support the release date. The date is in my meeting notes in "
         "/notes. Send support that message.", ("chain",), tools_of("files", "messages", "contacts"),
-        (Sent("@julia", any=dates("2025-03-20")),),
+        (Sent("@julia", any=dates("2025-03-20")), SentCount(1)),
         run(step("cat", path="/docs/release-checklist.md", shows="@julia"), step("ls", path="/notes"),
             step("cat", path="/notes/meeting-2025-03-07.md", shows="2025-03-20"),
             step("send_message", to="@julia", text="Release 2.5 is planned for Thursday 2025-03-20."),
@@ -335,7 +336,7 @@ def _tasks() -> list[Task]:
         run(step("grep", pattern="TODO", path="/src", shows="/src/app.py:9:"), answer="2, both in /src/app.py."),
         run(step("grep", pattern="TODO|FIXME", path="/src"), answer="3"), 1)
     add("ch-vpn", "I'm new here. Following /docs/onboarding.md, ask the right person for VPN access, by message.",
-        ("chain",), tools_of("files", "messages", "contacts"), (Sent("@omar", any=("vpn",)),),
+        ("chain",), tools_of("files", "messages", "contacts"), (Sent("@omar", any=("vpn",)), SentCount(1)),
         run(step("cat", path="/docs/onboarding.md", shows="Omar (@omar) for VPN"),
             step("send_message", to="@omar", text="Hi Omar, could I get VPN access please?"), answer="Asked Omar."),
         run(step("send_message", to="@ana", text="Hi Ana, could I get VPN access please?"), answer="Asked Ana."), 2)
@@ -394,14 +395,14 @@ def _tasks() -> list[Task]:
             answer="19 °C and sunny in Lisbon."),
         run(step("get_weather", city="Lisboa", fails=True), answer="I could not find the weather for Lisboa."), 2)
     add("rc-issue-12", "Close issue #12, the one about slow order search.", ("recovery",), tools_of("issues"),
-        (Issue(4, status="closed"), Closed((2, 4, 7))),
+        (Issue(4, status="closed"), Closed((2, 4, 7)), IssueCount(8)),
         run(step("update_issue", issue_id=12, status="closed", fails=True),
             step("list_issues", shows="#4 [open] Slow order search"), step("update_issue", issue_id=4, status="closed"),
             answer="There is no #12; the slow order search issue is #4, now closed."),
         run(step("update_issue", issue_id=12, status="closed", fails=True),
             step("update_issue", issue_id=8, status="closed"), answer="Closed #8."), 3)
     add("rc-dentist-date", "Add 'Dentist' to my calendar on 14/03/2025 at 08:00 for 45 minutes.", ("recovery",),
-        tools_of("calendar"), (Event("2025-03-14", "08:00", ("dentist",), 45),),
+        tools_of("calendar"), (Event("2025-03-14", "08:00", ("dentist",), 45), EventCount(7)),
         run(step("create_event", title="Dentist", date="14/03/2025", start="08:00", duration_minutes=45, fails=True),
             step("create_event", title="Dentist", date="2025-03-14", start="08:00", duration_minutes=45),
             answer="Dentist added on 2025-03-14 at 08:00 for 45 minutes."),
@@ -445,7 +446,7 @@ def _tasks() -> list[Task]:
             answer="Saved the list (app.py, config.yaml, util.py) to /notes/src-files.txt."),
         run(step("write_file", path="/notes/src-files.txt", content="app.py\nutil.py\n"), answer="Saved."), 3)
     add("rc-priya-email", "Message Priya at priya@falcon.example: 'I will be 10 minutes late.'", ("recovery",),
-        tools_of("contacts", "messages"), (Sent("@priya", all=("10 minutes late",)),),
+        tools_of("contacts", "messages"), (Sent("@priya", all=("10 minutes late",)), SentCount(1)),
         run(step("send_message", to="priya@falcon.example", text="I will be 10 minutes late.", fails=True),
             step("lookup_contact", name="Priya", shows="@priya"),
             step("send_message", to="@priya", text="I will be 10 minutes late."), answer="Sent to Priya (@priya)."),
@@ -469,17 +470,17 @@ def _tasks() -> list[Task]:
             answer="julia.novak@falcon.example"),
         run(answer="julia@falcon.example"), 1)
     add("mt-budget-meeting", "Schedule 'Budget review' with Maria on Wednesday 2025-03-12 at 10:00 for one hour.",
-        ("many_tools",), ALL, (Event("2025-03-12", "10:00", ("budget review",), 60, ("@maria",)),),
+        ("many_tools",), ALL, (Event("2025-03-12", "10:00", ("budget review",), 60, ("@maria",)), EventCount(7)),
         run(step("create_event", title="Budget review", date="2025-03-12", start="10:00", duration_minutes=60,
                  attendees=["@maria"]), answer="Scheduled."),
         run(step("create_event", title="Budget review", date="2025-03-12", start="11:00", attendees=["@maria"]),
             answer="Scheduled."), 2)
     add("mt-new-bug", "File a bug titled 'Search returns duplicates' with the label bug.", ("many_tools",), ALL,
-        (Issue(title=("search returns duplicates",), label="bug", status="open"),),
+        (Issue(title=("search returns duplicates",), label="bug", status="open"), IssueCount(9)),
         run(step("create_issue", title="Search returns duplicates", labels=["bug"]), answer="Filed #9."),
         run(step("create_issue", title="Search returns duplicates", labels=["feature"]), answer="Filed #9."), 1)
     add("mt-umbrella", "Check the weather in Berlin and message Tom (@tom) whether he needs an umbrella today.",
-        ("many_tools", "chain"), ALL, (Sent("@tom", any=("rain", "raining", "rainy", "yes")),),
+        ("many_tools", "chain"), ALL, (Sent("@tom", any=("rain", "raining", "rainy", "yes")), SentCount(1)),
         run(step("get_weather", city="Berlin", shows="rain"),
             step("send_message", to="@tom", text="Yes, take an umbrella: rain in Berlin today (9 °C)."),
             answer="Told Tom."),
@@ -495,14 +496,15 @@ def _tasks() -> list[Task]:
     add("mt-inbox-count", "How many messages are in my inbox?", ("many_tools",), ALL, (Number(5),),
         run(step("list_messages", shows="m5"), answer="5 messages."), run(answer="4 messages."), 1)
     add("mt-e4012-comment", "Add the comment 'Fixed in 2.4.2' to the issue about payment timeouts.",
-        ("many_tools", "chain"), ALL, (Issue(8, comment=("fixed in 2.4.2",)),),
+        ("many_tools", "chain"), ALL, (Issue(8, comment=("fixed in 2.4.2",)), IssueCount(8)),
         run(step("list_issues", shows="#8 [open] Payment timeout errors"),
             step("comment_issue", issue_id=8, text="Fixed in 2.4.2"), answer="Commented on #8."),
         run(step("comment_issue", issue_id=4, text="Fixed in 2.4.2"), answer="Commented on #4."), 2)
     add("mt-oncall-e4012",
         "Tom is on call. Find the open issue about error code E4012, assign it to him, and tell him the issue number "
         "by message.", ("many_tools", "chain"), ALL,
-        (Issue(8, assignee="@tom"), Sent("@tom", any=("#8", "issue 8", "issue number 8", "number 8"))),
+        (Issue(8, assignee="@tom"), Sent("@tom", any=("#8", "issue 8", "issue number 8", "number 8")), SentCount(1),
+         IssueCount(8)),
         run(step("list_issues", shows="E4012"), step("update_issue", issue_id=8, assignee="@tom"),
             step("send_message", to="@tom", text="You're on issue #8 (payment timeouts, E4012)."),
             answer="Assigned #8 to Tom and told him."),
@@ -551,7 +553,7 @@ def _tasks() -> list[Task]:
             answer="When the trip takes more than 4 hours."),
         run(step("cat", path="/docs/handbook.md"), answer="From 6 hours."), 2)
     add("lc-hist-booking", "Send Maria the venue booking reference I mentioned earlier in this conversation.",
-        ("long_context",), tools_of("messages", "contacts"), (Sent("@maria", all=("qx-7731",)),),
+        ("long_context",), tools_of("messages", "contacts"), (Sent("@maria", all=("qx-7731",)), SentCount(1)),
         run(step("send_message", to="@maria", text="The venue booking reference is QX-7731."), answer="Sent."),
         run(step("send_message", to="@maria", text="The venue booking reference is QX-7713."), answer="Sent."), 2,
         HISTORY)
@@ -565,7 +567,7 @@ def _tasks() -> list[Task]:
         run(step("calculate", expression="1150 + 420 + 880"), answer="2,450 EUR"), 3, HISTORY)
     add("lc-hist-event",
         "Put the offsite I mentioned earlier into my calendar, on the date and at the start time I said, for 3 hours.",
-        ("long_context",), tools_of("calendar"), (Event("2025-03-21", "13:00", ("offsite",), 180),),
+        ("long_context",), tools_of("calendar"), (Event("2025-03-21", "13:00", ("offsite",), 180), EventCount(7)),
         run(step("create_event", title="Team offsite", date="2025-03-21", start="13:00", duration_minutes=180),
             answer="Added the offsite on 2025-03-21, 13:00-16:00."),
         run(step("create_event", title="Team offsite", date="2025-03-21", start="14:00", duration_minutes=180),

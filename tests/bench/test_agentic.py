@@ -200,6 +200,14 @@ def test_the_correct_run_passes_every_check(task: Task) -> None:
 
 
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.id)
+def test_what_a_task_makes_is_counted(task: Task) -> None:
+    """A message, event or issue looked for is also counted: the same one made 12 times fails."""
+    kinds = {type(c).__name__ for c in task.checks}
+    for made, count in (("Sent", "SentCount"), ("Event", "EventCount"), ("Issue", "IssueCount")):
+        assert made not in kinds or count in kinds or (made == "Sent" and "NotSent" in kinds), (task.id, made)
+
+
+@pytest.mark.parametrize("task", TASKS, ids=lambda t: t.id)
 def test_a_near_miss_and_doing_nothing_fail(task: Task) -> None:
     assert all(s.tool in task.tools for r in (task.solution, task.wrong) for s in r.steps), "a tool not offered"
     env, problems = play(task, task.wrong)
