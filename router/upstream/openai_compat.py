@@ -15,6 +15,9 @@ Items' `encrypted_content` (reasoning, compaction) is bound to the model that ma
 answers reach the client marked with its model, and of the items a request replays the tier gets
 only its own model's (router/sessions/provenance.py).
 
+A tier with `cut_loops` is read as a stream, a whole answer too (put together by `Answer`,
+answer.py), and not read further once the answer goes round in a loop (`Loop`, loops.py).
+
 One `aiohttp.ClientSession` per tier, keep-alive connections opened at start-up, bodies encoded
 once with orjson (the pool, warm-up and SSE reader are `PooledHTTP`'s, in http.py). Timeouts:
 `connect` for the TCP connection, `first_token` until the headers (JSON) or the first SSE event
