@@ -6,9 +6,10 @@ of a task's time for nothing (bench/results/agentic/, docs/agentic.md). A tier w
 (router/policy/model.py) is read as a stream, and `Loop` watches what it writes — the text and the
 tool calls' names and arguments as they come. Once the answer ends in `COPIES` copies in a row of one
 stretch of at least `MIN_UNIT` characters, the tier is not read further (closing the stream stops a
-llama-server generating) and the answer ends there: its text up to the end of the first copy
-(`Loop.kept`), its calls as complete as they came (`Answer.message`, router/upstream/answer.py).
-What the loop repeated is what the model meant; salvage makes a call written N times one call.
+llama-server generating) and the answer ends there. A whole answer keeps its text up to the end of
+the first copy (`Loop.kept`) and each call once (`Answer.drop_repeated_calls`, router/upstream/answer.py);
+a stream, whose text went out as it came unless held as a call written as text, ends where it was
+stopped. What the loop repeated is what the model meant; salvage makes a call written N times one call.
 
 Only long periods count: a stretch whose own shortest period is under `MIN_UNIT` characters (a run
 of one character, a list of zeros, a separator line) is what text and code legitimately repeat, and
