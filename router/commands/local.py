@@ -189,6 +189,9 @@ def local_children(
         "FAST_SLOTS": str(getattr(fast_server, "slots", 0)),  # Gemma's server has no slots to pin
         "FULL_SLOTS": str(getattr(full, "slots", 0)),
         "FAST_WARM": "false" if fast == GEMMA else "true",  # one context: a warm-up would take the live call's
+        # answers read as streams to stop loops: llama-cpp-python's server refuses a stream with tools
+        "FAST_CUT_LOOPS": str(isinstance(fast_server, CppServer)).lower(),
+        "FULL_CUT_LOOPS": str(isinstance(full, CppServer)).lower(),
         **(env or {}),
     }
     serve = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]

@@ -81,14 +81,17 @@ async def local_proxy(llama: Llama, proxy_: Callable[..., Awaitable[Proxy]], mon
 
 def gemma_tiers(monkeypatch: pytest.MonkeyPatch, fast_port: int, full_port: int, full_slots: int = 0) -> None:
     """policies/local.yaml's environment for a Gemma fast tier (as `up --fast gemma-3-270m` sets it) and
-    a full tier of `full_slots` slots (0: llama-cpp-python's one context), no warm-ups."""
+    a full tier of `full_slots` slots (0: llama-cpp-python's one context), no warm-ups, loops cut on
+    llama-server only."""
     monkeypatch.setenv("FAST_PORT", str(fast_port))
     monkeypatch.setenv("FULL_PORT", str(full_port))
     monkeypatch.setenv("FAST_MODEL", "gemma-3-270m")
     monkeypatch.setenv("FAST_SLOTS", "0")
     monkeypatch.setenv("FULL_SLOTS", str(full_slots))
-    for name in ("FAST_WARM", "FULL_WARM"):
+    for name in ("FAST_WARM", "FULL_WARM", "FAST_CUT_LOOPS"):
         monkeypatch.setenv(name, "false")
+    # llama-cpp-python's server refuses a stream with tools: no answer is read as one there
+    monkeypatch.setenv("FULL_CUT_LOOPS", "true" if full_slots else "false")
 
 
 @pytest.fixture
