@@ -39,7 +39,8 @@ def loop_end(text: str, min_unit: int = MIN_UNIT, copies: int = COPIES, max_unit
     if n < copies * min_unit:
         return None
     needle = text[n - min_unit :]
-    found = text.rfind(needle, max(0, n - copies * max_unit - min_unit), n - 1)  # only as far back as a loop reaches
+    reach = max(0, n - copies * max_unit - min_unit)  # as far back as a loop can begin
+    found = text.rfind(needle, reach, n - 1)
     for _ in range(_TRIES):
         if found < 0:
             return None
@@ -52,7 +53,7 @@ def loop_end(text: str, min_unit: int = MIN_UNIT, copies: int = COPIES, max_unit
             while start > 0 and text[start - 1] == text[start - 1 + period]:
                 start -= 1
             return start + period
-        found = text.rfind(needle, 0, found + min_unit - 1)
+        found = text.rfind(needle, reach, found + min_unit - 1)
     return None
 
 
