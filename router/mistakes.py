@@ -16,6 +16,8 @@ clients in `x-router-mistakes`; a policy can name every one of them (tests/test_
     empty_response        no text and no call                                          the checks
     tool_sweep            the answer calls the offered tools one after another in the  the checks
                           order offered: a sweep, not a choice
+    repeated_call         the answer's calls, every one, are the agent's last turn's,  the checks
+                          word for word, its results just in: going round, not on
     upstream_error        the tier failed: refused, reset, 5xx, malformed              the tier's client
     timeout               the tier did not answer in time                              the tier's client
     verifier_reject       the route's verifier rejected the answer                     the verifier
@@ -26,6 +28,9 @@ clients in `x-router-mistakes`; a policy can name every one of them (tests/test_
 
 The last two are no defect of an answer: a call always moves on from them to the next tier
 (`MOVES_ON`), whatever `escalation.on` says. The checks' kinds a repair can mend are `REPAIRABLE`.
+A `repeated_call` is a sign, not a defect: agents poll (a job's output, a terminal) by calling again.
+It sends a call on to a stronger tier, but no call is refused for it (`STRONGER_ONLY`): the chain's
+last tier's answer, a resampled run's, or one with no attempt left is delivered with it.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ MistakeKind = Literal[
     "text_tool_call",
     "empty_response",
     "tool_sweep",
+    "repeated_call",
     "upstream_error",
     "timeout",
     "agent_reported_error",
@@ -58,6 +64,7 @@ MISSING_TOOL_CALL: Final = "missing_tool_call"
 TEXT_TOOL_CALL: Final = "text_tool_call"
 EMPTY_RESPONSE: Final = "empty_response"
 TOOL_SWEEP: Final = "tool_sweep"
+REPEATED_CALL: Final = "repeated_call"
 UPSTREAM_ERROR: Final = "upstream_error"
 TIMEOUT: Final = "timeout"
 VERIFIER_REJECT: Final = "verifier_reject"
@@ -68,10 +75,12 @@ CONTEXT_EXCEEDED: Final = "context_exceeded"
 # what the checks find in an answer (router/core/validate.py)
 ANSWER_KINDS: Final = (
     INVALID_JSON, UNKNOWN_TOOL, SCHEMA_VIOLATION, MISSING_TOOL_CALL, TEXT_TOOL_CALL, EMPTY_RESPONSE, TOOL_SWEEP,
+    REPEATED_CALL,
 )  # fmt: skip
 # a call the model fumbled, which the same tier may get right with the tool pinned (a route's `repair`);
 # not a sweep: it means no one tool, so there is none to pin
 REPAIRABLE: Final = frozenset({INVALID_JSON, SCHEMA_VIOLATION, TEXT_TOOL_CALL, MISSING_TOOL_CALL})
+STRONGER_ONLY: Final = frozenset({REPEATED_CALL})  # on to a stronger tier if there is one; never refused for
 MOVES_ON: Final = frozenset({TIER_OPEN, CONTEXT_EXCEEDED})  # never the answer's: on to the next tier regardless
 # `escalation.on` by default: every kind but agent_reported_error, known only after delivery (and
 # those that move on anyway)

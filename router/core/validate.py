@@ -30,6 +30,11 @@ Judgement calls (see also the tests):
   written as text, that begin with the first three of at least three offered tools in the order
   offered are `tool_sweep`, the answer's one mistake. Strict on purpose: parallel calls an agent
   means (Read, Read, Grep), one tool thrice, two tools, a sweep from the second tool are not.
+- A repeat: well-formed calls, every one the same tool with the same arguments (as JSON, not as
+  spelled) as a call of the agent's last turn — the assistant message whose results close the
+  request — are `repeated_call`. A greedy model that writes its last call again writes it every
+  turn after (seen: 12 identical messages sent). Only the last turn, and only when nothing is new:
+  a file read again after a write two turns back, or a repeat beside a new call, is not one.
 - `finish_reason="tool_calls"` with text and no calls is `missing_tool_call`; `"length"` is noted in
   the detail of `invalid_json` / `empty_response`. A `refusal` with no content is not an empty one.
 - Tool definitions may be chat-style `{"type":"function","function":{...}}`, Responses-style
@@ -38,6 +43,7 @@ Judgement calls (see also the tests):
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -66,6 +72,7 @@ from router.mistakes import (
     EMPTY_RESPONSE,
     INVALID_JSON,
     MISSING_TOOL_CALL,
+    REPEATED_CALL,
     SCHEMA_VIOLATION,
     TEXT_TOOL_CALL,
     TOOL_SWEEP,
@@ -198,6 +205,8 @@ class Validator:
             if named and named not in called:
                 detail = f"tool_choice names {named}; called {', '.join(sorted(called)) or 'no offered tool'}"
                 mistakes.append(Mistake(MISSING_TOOL_CALL, named, _short(detail)))
+            if not mistakes and not no_tools and (repeat := _repeated(calls, request.get("messages"))):
+                return [repeat]
             return mistakes
 
         text = content_text(message)
@@ -378,6 +387,42 @@ def _sweep(called: Sequence[str], tools: Mapping[str, Any], how: str = "") -> Mi
         return None
     detail = f"{len(called)} calls of the {len(tools)} offered tools in the order offered: {', '.join(called)}"
     return Mistake(TOOL_SWEEP, "", _short(detail + how))
+
+
+def _repeated(calls: Sequence[Any], messages: Any) -> Mistake | None:
+    """`repeated_call` if every call in `calls` is one of the agent's last turn (`_last_turn`), else None."""
+    last = _last_turn(messages)
+    made = [_call_key(c) for c in calls]
+    if not last or not made or not set(made) <= last:
+        return None
+    names = ", ".join(dict.fromkeys(name for name, _ in made))
+    return Mistake(REPEATED_CALL, made[0][0], _short(f"the agent's last call(s) again, same arguments: {names}"))
+
+
+def _last_turn(messages: Any) -> set[tuple[str, str]]:
+    """The calls of the assistant message that the tool results closing `messages` answer (none if
+    the request does not end with tool results)."""
+    if not isinstance(messages, list):
+        return set()
+    i = len(messages)
+    while i > 0 and isinstance(messages[i - 1], Mapping) and messages[i - 1].get("role") == "tool":
+        i -= 1
+    if i == len(messages) or i == 0 or not isinstance(messages[i - 1], Mapping):
+        return set()
+    if messages[i - 1].get("role") != "assistant" or not isinstance(calls := messages[i - 1].get("tool_calls"), list):
+        return set()
+    return {_call_key(c) for c in calls}
+
+
+def _call_key(call: Any) -> tuple[str, str]:
+    """A call's tool and arguments, the arguments as canonical JSON where they decode."""
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    fn = fn if isinstance(fn, Mapping) else {}
+    arguments = fn.get("arguments")
+    text = arguments.strip() if isinstance(arguments, str) else ""
+    with contextlib.suppress(orjson.JSONDecodeError):
+        text = orjson.dumps(orjson.loads(text or "{}"), option=orjson.OPT_SORT_KEYS).decode()
+    return str(fn.get("name", "")), text
 
 
 def _schema_key(schema: Any) -> bytes | None:

@@ -4,9 +4,11 @@ Its attempts run in tenacity's loop, retried while `Escalate` is raised, the fir
 (router/flow/retries.py). Every tier's answer is checked, the chain's last one's too. While an attempt
 is allowed (count and deadline) the next goes to a stronger tier or, on the chain's last tier, to the
 same tier: a repair (`tool_choice` pinned to the tool meant) or a fresh sample — none for a greedy
-tier, which would answer the same. With no attempt left, an answer with mistakes the policy escalates
-on never reaches the client: `ChecksFailed` (a retryable 502; `escalation.on_exhausted: deliver`
-hands it over instead), saying what the client has: nothing, or (a stream) the text already sent.
+tier, which would answer the same. A `repeated_call` (the agent's last calls again) only moves a call
+on to a stronger tier: where there is none, the answer is delivered. With no attempt left, an answer
+with mistakes the policy escalates on never reaches the client: `ChecksFailed` (a retryable 502;
+`escalation.on_exhausted: deliver` hands it over instead), saying what the client has: nothing, or
+(a stream) the text already sent.
 
 Such a request is remembered (router/core/repeats.py): a repeat of it — the agent's retry — is
 resampled (every attempt on the repeat tier, at the repeat temperature) while `repeat.resample`
@@ -43,7 +45,7 @@ from router.core.repeats import Resampling, Seen, resampled
 from router.core.verify import verify
 from router.errors import ChecksFailed, ChecksFailedRepeatedly, ContextExceeded, TierOpen, UpstreamError, UpstreamStatus
 from router.flow import retries
-from router.mistakes import CONTEXT_EXCEEDED, REPAIRABLE, TIER_OPEN, VERIFIER_REJECT, Mistake
+from router.mistakes import CONTEXT_EXCEEDED, REPAIRABLE, STRONGER_ONLY, TIER_OPEN, VERIFIER_REJECT, Mistake
 from router.policy.decide import Decision, fits
 from router.policy.model import Breaker, Policy
 from router.upstream.base import Prompt, Speed
@@ -217,8 +219,11 @@ class Attempts:
         self.mistakes.extend(m.kind for m in found)
         self.record.attempt(tier, tools, found)
         kinds = [m.kind for m in found]
-        if not set(kinds) & set(self.policy.escalation.on):
+        escalating = set(kinds) & set(self.policy.escalation.on)
+        if not escalating:
             return found
+        if escalating <= STRONGER_ONLY and not (self._may_retry() and self._moves_up(tier)):
+            return found  # a sign for a stronger tier, where there is one; never a refusal
         if self._may_retry():
             if (tool := self._repairable(tier, found)) is not None:
                 self._repair_tool, self.repaired = tool, True
@@ -279,6 +284,11 @@ class Attempts:
         log.debug("route %s: the %s verifier rejected a call of tier %s", self.route, spec.kind, tier)
         if self._may_retry():
             raise Escalate([VERIFIER_REJECT])
+
+    def _moves_up(self, tier: str) -> bool:
+        """The next attempt after `tier`'s would go to a stronger tier that takes calls now."""
+        stronger = self._stronger(tier)
+        return self.repeat != "resampled" and stronger != tier and self.parts.breakers.closed(stronger)
 
     def _same_answer_again(self, tier: str) -> bool:
         """Asked again (the chain's last tier, no repair), greedy `tier` (temperature 0, its params' or

@@ -398,6 +398,19 @@ MISTAKES = [
         req(),
         [("tool_sweep", "")],
     ),
+    # repeated_call (more below)
+    (
+        "repeat-of-the-last-turn",
+        msg(None, call("get_weather", '{"city":"Paris"}', 1)),
+        req(
+            messages=[
+                {"role": "user", "content": "weather in Paris?"},
+                msg(None, call("get_weather", {"city": "Paris"}, 0)),
+                {"role": "tool", "tool_call_id": "call_0", "content": "18 C"},
+            ]
+        ),
+        [("repeated_call", "get_weather")],
+    ),
 ]
 
 VALID = [
@@ -701,3 +714,61 @@ GARBAGE = [
 def test_garbage_never_crashes(validator: Validator, message: Any, request_body: Any) -> None:
     found = validator.check(message, request_body)
     assert all(m.kind in KINDS for m in found)
+
+
+# -- repeated_call: nothing but the agent's last turn's calls, word for word ------------------------------------
+
+SEND = tool("send_message", ("to", "text"), {"to": "string", "text": "string"})
+OFFERED = [WEATHER, SEND]
+ASKED = {"role": "user", "content": "Tell Maria the total and the weather in Paris."}
+SENT = call("send_message", {"to": "@maria", "text": "The total is 370."}, 0)
+WEATHER_CALL = call("get_weather", {"city": "Paris"}, 1)
+
+
+def turn(*made: dict[str, Any]) -> list[dict[str, Any]]:
+    """An assistant turn's calls and the agent's results for them."""
+    return [msg(None, *made), *({"role": "tool", "tool_call_id": c["id"], "content": "done"} for c in made)]
+
+
+def again(tool_call: dict[str, Any], n: int = 9) -> dict[str, Any]:
+    """The same call as the model writes it again: another id, other spacing and key order."""
+    arguments = orjson.loads(tool_call["function"]["arguments"])
+    pairs = reversed(arguments.items())
+    respelled = ", ".join(f"{orjson.dumps(k).decode()}: {orjson.dumps(v).decode()}" for k, v in pairs)
+    return call(tool_call["function"]["name"], "{" + respelled + "}", n)
+
+
+def test_the_last_turns_calls_again_are_a_repeat_however_spelled() -> None:
+    request = req(messages=[ASKED, *turn(SENT, WEATHER_CALL)], tools=OFFERED)
+    [found] = check(msg(None, again(SENT)), request)
+    assert (found.kind, found.tool) == ("repeated_call", "send_message")
+    assert found.detail == "the agent's last call(s) again, same arguments: send_message"
+    assert kinds(check(msg(None, again(WEATHER_CALL), again(SENT, 8)), request)) == [("repeated_call", "get_weather")]
+
+
+@pytest.mark.parametrize(
+    ("history", "answer"),
+    [
+        ([ASKED, *turn(SENT)], [again(SENT), WEATHER_CALL]),  # a repeat beside a new call
+        ([ASKED, *turn(SENT), *turn(WEATHER_CALL)], [again(SENT)]),  # from two turns back: a read after a write
+        ([ASKED, *turn(SENT), {"role": "user", "content": "Send it again."}], [again(SENT)]),  # the user asked
+        ([ASKED, *turn(SENT)], [call("send_message", {"to": "@maria", "text": "The total is 371."})]),  # new arguments
+        ([ASKED], [SENT]),  # no turn before
+        ([ASKED, *turn(SENT)[:1]], [again(SENT)]),  # the call's result has not come back
+    ],
+    ids=["beside-a-new-call", "two-turns-back", "after-the-user", "other-arguments", "first-turn", "no-result"],
+)
+def test_calls_that_are_no_repeat(history: list[dict[str, Any]], answer: list[dict[str, Any]]) -> None:
+    assert check(msg(None, *answer), req(messages=history, tools=OFFERED)) == []
+
+
+def test_a_repeat_with_a_defect_is_that_defect() -> None:
+    """One root cause, one mistake: a repeat that breaks its schema is a schema violation."""
+    broken = call("get_weather", {"city": 3}, 0)
+    request = req(messages=[ASKED, *turn(broken)], tools=OFFERED)
+    assert kinds(check(msg(None, again(broken)), request)) == [("schema_violation", "get_weather")]
+
+
+def test_no_repeat_when_no_tool_may_be_called() -> None:
+    request = req("none", messages=[ASKED, *turn(SENT)], tools=OFFERED)
+    assert kinds(check(msg(None, again(SENT)), request)) == [("unknown_tool", "send_message")]

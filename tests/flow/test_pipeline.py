@@ -202,3 +202,69 @@ async def test_a_finished_call_leaves_none_of_its_objects_to_the_cycle_collector
             gc.set_debug(0)
             gc.garbage.clear()
     assert kept == set()
+
+
+# -- repeated_call: the agent's last calls again go to a stronger tier, if there is one -------------------------
+
+SENT = '{"to": "@maria", "text": "The total is 370."}'
+
+
+def after_a_turn(made: dict[str, Any]) -> Call:
+    """The agent's next request after the tiers' `made` turn, its result brought back."""
+    message = {**made, "tool_calls": [{**made["tool_calls"][0], "id": "call_0"}]}
+    body = {
+        "model": "auto",
+        "messages": [
+            {"role": "user", "content": "Tell Maria the total."},
+            message,
+            {"role": "tool", "tool_call_id": "call_0", "content": "sent to @maria"},
+        ],
+        "tools": [SEND_TOOL],
+    }
+    return chat_call(orjson.dumps(body), {})
+
+
+SEND_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "send_message",
+        "parameters": {
+            "type": "object",
+            "properties": {"to": {"type": "string"}, "text": {"type": "string"}},
+            "required": ["to", "text"],
+        },
+    },
+}
+
+
+async def test_a_repeat_of_the_last_turn_goes_to_the_stronger_tier(tmp_path: Path) -> None:
+    """The 0.5B's loop as seen: the message it just sent, sent again (its spacing its own)."""
+    fast = Scripted("fast", [call("send_message", '{"text":"The total is 370.","to":"@maria"}')])
+    full = Scripted("full", [text("Sent: the total is 370.")])
+    async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
+        attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
+    assert attempts.tried == ["fast", "full"] and attempts.mistakes == ["repeated_call"]
+    assert router_headers(attempts)["x-router-mistakes"] == "repeated_call"
+    assert reply.data["choices"][0]["message"]["content"] == "Sent: the total is 370."
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_the_last_tiers_repeat_is_delivered(tmp_path: Path, stream: bool) -> None:
+    """Agents poll by calling again: the chain's last tier's repeat reaches the agent, in one attempt."""
+    full = Scripted("full", [call("send_message", SENT, "call_7")])
+    routes = "routes:\n  - {name: default, use: full}\n"
+    policy = policy_text(UNUSED, extra="escalation: {to: full, max_attempts: 3}\n", routes=routes)
+    asked = after_a_turn(call("send_message", SENT))
+    if stream:
+        asked = chat_call(orjson.dumps({**asked.body, "stream": True}), {})
+    async with started(policy, tmp_path, fast=Scripted("fast", []), full=full) as runtime:
+        if stream:
+            attempts, chunks = await pipeline.stream(runtime, asked)
+            sent = [c.data async for c in chunks]
+            made = [tc for c in sent if c.get("choices") for tc in c["choices"][0]["delta"].get("tool_calls") or ()]
+            assert [tc["function"]["arguments"] for tc in made if tc["function"].get("arguments")] == [SENT]
+        else:
+            attempts, reply = await pipeline.complete(runtime, asked)
+            assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == SENT
+    assert attempts.tried == ["full"] and attempts.mistakes == ["repeated_call"] and not attempts.exhausted
+    assert len(full.bodies) == 1
