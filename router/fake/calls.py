@@ -27,7 +27,9 @@ Answers
   call of every offered tool, in the order offered, each valid, as content; with fewer than three
   tools offered that is no sweep the router's checks find, and none it should). The injected
   kind is reported in the response header ``x-fake-defect``. Without tools: ``words`` seeded words of text.
-  The response ``model`` echoes the request's ``model`` (``config.model`` if absent).
+  The response ``model`` echoes the request's ``model`` (``config.model`` if absent). A clean call that
+  would repeat, word for word, one of the turn whose results the request brings back gets its first
+  free-text argument changed ("Paris 2"): a model that has a call's result does not ask for it again.
   With ``finish_after`` N > 0 the fake ends a tool loop: once the conversation holds N tool results
   (chat ``tool`` messages, Responses ``*_call_output`` items, Anthropic ``tool_result`` blocks) and
   ``tool_choice`` does not demand a call, it answers text, as an agent's model does after its tools ran.
@@ -95,7 +97,7 @@ from router.fake.responses import (
 )
 from router.fake.speed import Refusal, messages_speed, served_tier
 from router.fake.state import STATE, FakeState
-from router.fake.tools import Answer, make_text, tool_answer
+from router.fake.tools import Answer, last_calls, make_text, tool_answer
 from router.fake.wire import (
     MALFORMED_ANTHROPIC,
     MALFORMED_CHAT,
@@ -219,7 +221,8 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     cfg = st.config
     if tools:
         rates, kinds = cfg.bad_tool_rates, cfg.bad_kinds
-        answer = tool_answer(tools, chosen, rng, rates, cfg.bad_tool_rate, kinds, plan.bad_kind, cfg.prefer_tools)
+        last = last_calls(body["messages"])
+        answer = tool_answer(tools, chosen, rng, rates, cfg.bad_tool_rate, kinds, plan.bad_kind, cfg.prefer_tools, last)
     else:
         answer = Answer(text=make_text(rng, cfg.words))
     if plan.reset:

@@ -327,6 +327,55 @@ def unknown_name(offered: list[str]) -> str:
     return candidate
 
 
+def canonical(arguments: Any) -> str:
+    """Arguments as canonical JSON (keys sorted), from a JSON text or a decoded object."""
+    try:
+        value = orjson.loads(arguments or "{}") if isinstance(arguments, str) else arguments
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except (orjson.JSONDecodeError, TypeError):
+        return str(arguments)
+
+
+def last_calls(messages: list[Any]) -> frozenset[tuple[str, str]]:
+    """(name, canonical arguments) of the model turn whose results close `messages`, in any of the
+    three APIs: chat `tool` messages after an assistant's `tool_calls`, Responses `*_call_output`
+    items after `function_call` items, an Anthropic user turn of `tool_result` blocks after `tool_use`."""
+    items = [m for m in messages if isinstance(m, dict)]
+    i = len(items)
+    while i > 0 and (items[i - 1].get("role") == "tool" or str(items[i - 1].get("type", "")).endswith("call_output")):
+        i -= 1
+    if i < len(items):  # chat or Responses
+        made: list[tuple[str, Any]] = []
+        while i > 0 and items[i - 1].get("type") in ("function_call", "reasoning"):
+            i -= 1
+            if items[i].get("type") == "function_call":
+                made.append((str(items[i].get("name", "")), items[i].get("arguments")))
+        if not made and i > 0 and isinstance(calls := items[i - 1].get("tool_calls"), list):
+            fns = [c.get("function") for c in calls if isinstance(c, dict)]
+            made = [(str(f.get("name", "")), f.get("arguments")) for f in fns if isinstance(f, dict)]
+        return frozenset((name, canonical(arguments)) for name, arguments in made)
+    content = items[-1].get("content") if len(items) >= 2 and items[-1].get("role") == "user" else None
+    results = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+    if not any(b.get("type") == "tool_result" for b in results):
+        return frozenset()
+    blocks = items[-2].get("content") if items[-2].get("role") == "assistant" else None
+    blocks = blocks if isinstance(blocks, list) else []
+    uses = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"]
+    return frozenset((str(b.get("name", "")), canonical(b.get("input"))) for b in uses)
+
+
+def again(params: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """`args` with its first free-text string argument changed ("Paris" → "Paris 2"); as it was if
+    there is none (a tool with no arguments can only be called again the same)."""
+    props = params.get("properties") if isinstance(params, dict) else None
+    for key, value in args.items():
+        schema = props.get(key) if isinstance(props, dict) else None
+        free = isinstance(schema, dict) and not ({"enum", "const", "pattern", "format", "maxLength"} & schema.keys())
+        if isinstance(value, str) and free:
+            return {**args, key: f"{value} 2"}
+    return args
+
+
 def tool_answer(
     tools: list[tuple[str, Any]],
     chosen: str | None,
@@ -336,9 +385,13 @@ def tool_answer(
     kinds: tuple[str, ...],
     forced_kind: str | None,
     prefer: tuple[str, ...] = (),
+    last: frozenset[tuple[str, str]] = frozenset(),
 ) -> Answer:
     """Plan a tool-call answer. Draw order: tool index, bad draw, kind index, args, call id. The tool is
-    `chosen`, else the first of `prefer` that is offered, else the drawn one (the draws are the same)."""
+    `chosen`, else the first of `prefer` that is offered, else the drawn one (the draws are the same).
+    `last`: the calls of the turn whose results the request brings back (`last_calls`); a model that
+    has a call's result does not ask for it again, so a clean call that would repeat one word for word
+    gets another value (`again`), drawing nothing more."""
     index = rng.randrange(len(tools))
     bad_draw = rng.random()
     kind_index = rng.randrange(len(kinds)) if kinds else 0
@@ -351,6 +404,8 @@ def tool_answer(
     kind = forced_kind
     if kind is None and kinds and bad_draw < rate.get(name, default_rate):
         kind = kinds[kind_index]
+    if kind is None and (name, canonical(args)) in last:
+        args = again(params, args)
     text_args = orjson.dumps(args).decode()
     if kind is None:
         return Answer(tool_name=name, tool_args=text_args, call_id=call_id)

@@ -43,7 +43,7 @@ from router.fake.faults import plan_of
 from router.fake.reasoning import reasoning_items, responses_refusal
 from router.fake.responses import offered_tools, response_events, response_object, responses_tools
 from router.fake.state import STATE, FakeState
-from router.fake.tools import Answer, make_text, tool_answer
+from router.fake.tools import Answer, last_calls, make_text, tool_answer
 from router.fake.wire import prompt_tokens
 
 LIMIT_REACHED = "websocket_connection_limit_reached"
@@ -193,7 +193,8 @@ class _Connection:
         cfg = self.cfg
         if tools:
             rates, kinds = cfg.bad_tool_rates, cfg.bad_kinds
-            answer = tool_answer(tools, chosen, rng, rates, cfg.bad_tool_rate, kinds, None, cfg.prefer_tools)
+            last = last_calls(items)
+            answer = tool_answer(tools, chosen, rng, rates, cfg.bad_tool_rate, kinds, None, cfg.prefer_tools, last)
         else:
             answer = Answer(text=make_text(rng, cfg.words))
         if plan.reset:

@@ -545,6 +545,49 @@ async def test_finish_after_ends_the_tool_loop_in_every_api(make_fake: Factory) 
     await ant.close()
 
 
+async def test_a_call_whose_result_came_back_is_not_asked_for_again_in_any_api(make_fake: Factory) -> None:
+    """Tell it the result of the call it would make, and the fake asks for something else ("x 2"), as
+    a model does; the router's checks would take its last call again for a model going round."""
+    fake = await make_fake()
+    query = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
+    chat_tools: Any = [{"type": "function", "function": {"name": "search", "parameters": query}}]
+    oai = openai.AsyncOpenAI(base_url=fake.url, api_key="k")
+    first = await oai.chat.completions.create(model="m", messages=MESSAGES, tools=chat_tools)
+    call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+    turn: Any = [*MESSAGES, first.choices[0].message.model_dump(exclude_none=True)]
+    turn.append({"role": "tool", "tool_call_id": call.id, "content": "found"})
+    second = await oai.chat.completions.create(model="m", messages=turn, tools=chat_tools)
+    again = second.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert again.function.name == call.function.name == "search"
+    assert json.loads(again.function.arguments)["query"] == json.loads(call.function.arguments)["query"] + " 2"
+    before = [*MESSAGES, {"role": "assistant", "content": "Let me look."}]  # no result of it came back
+    unasked = await oai.chat.completions.create(model="m", messages=before, tools=chat_tools)
+    assert unasked.choices[0].message.tool_calls[0].function.arguments == call.function.arguments  # type: ignore[index]
+
+    fn = [{"type": "function", "name": "search", "parameters": query}]
+    items: Any = [
+        {"role": "user", "content": "find it"},
+        {"type": "function_call", "call_id": "c1", "name": "search", "arguments": '{"query": "weather today"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "found"},
+    ]
+    done = await oai.responses.create(model="m", input=items, tools=fn)
+    [made] = [o for o in done.output if o.type == "function_call"]
+    assert json.loads(made.arguments) == {"query": "weather today 2"}
+
+    ant = anthropic.AsyncAnthropic(base_url=fake.url.removesuffix("/v1"), api_key="k")
+    tools: Any = [{"name": "search", "input_schema": query}]
+    use = {"type": "tool_use", "id": "t1", "name": "search", "input": {"query": "weather today"}}
+    msgs: Any = [
+        {"role": "user", "content": "find it"},
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "found"}]},
+    ]
+    message = await ant.messages.create(model="m", max_tokens=64, messages=msgs, tools=tools)
+    assert [b.input for b in message.content if b.type == "tool_use"] == [{"query": "weather today 2"}]
+    await oai.close()
+    await ant.close()
+
+
 async def test_prefer_tools_picks_the_first_offered_and_keeps_the_draws(make_fake: Factory) -> None:
     """prefer_tools steers the call to a named tool when it is offered; the seeded draws are the same,
     so the rest of the answers do not change; tool_choice still wins."""
