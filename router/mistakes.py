@@ -16,6 +16,8 @@ clients in `x-router-mistakes`; a policy can name every one of them (tests/test_
     empty_response        no text and no call                                          the checks
     tool_sweep            the answer calls the offered tools one after another in the  the checks
                           order offered: a sweep, not a choice
+    tool_spray            the answer calls one tool 8 times or more: values sprayed,   the checks
+                          not chosen (seen: 18 create_event calls, one an hour)
     repeated_call         the answer's calls, every one, are the agent's last turn's,  the checks
                           word for word, its results just in: going round, not on
     upstream_error        the tier failed: refused, reset, 5xx, malformed              the tier's client
@@ -28,9 +30,10 @@ clients in `x-router-mistakes`; a policy can name every one of them (tests/test_
 
 The last two are no defect of an answer: a call always moves on from them to the next tier
 (`MOVES_ON`), whatever `escalation.on` says. The checks' kinds a repair can mend are `REPAIRABLE`.
-A `repeated_call` is a sign, not a defect: agents poll (a job's output, a terminal) by calling again.
-It sends a call on to a stronger tier, but no call is refused for it (`STRONGER_ONLY`): the chain's
-last tier's answer, a resampled run's, or one with no attempt left is delivered with it.
+A `tool_spray` or a `repeated_call` is a sign, not a defect: agents read many files at once, and poll
+(a job's output, a terminal) by calling again. It sends a call on to a stronger tier, but no call is
+refused for it (`STRONGER_ONLY`): the chain's last tier's answer, a resampled run's, or one with no
+attempt left is delivered with it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ MistakeKind = Literal[
     "text_tool_call",
     "empty_response",
     "tool_sweep",
+    "tool_spray",
     "repeated_call",
     "upstream_error",
     "timeout",
@@ -64,6 +68,7 @@ MISSING_TOOL_CALL: Final = "missing_tool_call"
 TEXT_TOOL_CALL: Final = "text_tool_call"
 EMPTY_RESPONSE: Final = "empty_response"
 TOOL_SWEEP: Final = "tool_sweep"
+TOOL_SPRAY: Final = "tool_spray"
 REPEATED_CALL: Final = "repeated_call"
 UPSTREAM_ERROR: Final = "upstream_error"
 TIMEOUT: Final = "timeout"
@@ -75,12 +80,13 @@ CONTEXT_EXCEEDED: Final = "context_exceeded"
 # what the checks find in an answer (router/core/validate.py)
 ANSWER_KINDS: Final = (
     INVALID_JSON, UNKNOWN_TOOL, SCHEMA_VIOLATION, MISSING_TOOL_CALL, TEXT_TOOL_CALL, EMPTY_RESPONSE, TOOL_SWEEP,
-    REPEATED_CALL,
+    TOOL_SPRAY, REPEATED_CALL,
 )  # fmt: skip
 # a call the model fumbled, which the same tier may get right with the tool pinned (a route's `repair`);
 # not a sweep: it means no one tool, so there is none to pin
 REPAIRABLE: Final = frozenset({INVALID_JSON, SCHEMA_VIOLATION, TEXT_TOOL_CALL, MISSING_TOOL_CALL})
-STRONGER_ONLY: Final = frozenset({REPEATED_CALL})  # on to a stronger tier if there is one; never refused for
+# signs, not defects: on to a stronger tier if there is one; no call is refused for them
+STRONGER_ONLY: Final = frozenset({TOOL_SPRAY, REPEATED_CALL})
 MOVES_ON: Final = frozenset({TIER_OPEN, CONTEXT_EXCEEDED})  # never the answer's: on to the next tier regardless
 # `escalation.on` by default: every kind but agent_reported_error, known only after delivery (and
 # those that move on anyway)

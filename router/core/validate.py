@@ -30,6 +30,9 @@ Judgement calls (see also the tests):
   written as text, that begin with the first three of at least three offered tools in the order
   offered are `tool_sweep`, the answer's one mistake. Strict on purpose: parallel calls an agent
   means (Read, Read, Grep), one tool thrice, two tools, a sweep from the second tool are not.
+- A spray: `SPRAY` (8) or more calls of one tool in one answer are `tool_spray`, its one mistake (the
+  0.5B wrote 18 `create_event` calls, an hour apart, for one meeting). Agents do read several files
+  at once; the kind only moves a call on to a stronger tier (router/mistakes.py, `STRONGER_ONLY`).
 - A repeat: well-formed calls, every one the same tool with the same arguments (as JSON, not as
   spelled) as a call of the agent's last turn — the assistant message whose results close the
   request — are `repeated_call`. A greedy model that writes its last call again writes it every
@@ -45,7 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -75,6 +78,7 @@ from router.mistakes import (
     REPEATED_CALL,
     SCHEMA_VIOLATION,
     TEXT_TOOL_CALL,
+    TOOL_SPRAY,
     TOOL_SWEEP,
     UNKNOWN_TOOL,
     Mistake,
@@ -85,6 +89,7 @@ KINDS: Final = ANSWER_KINDS  # what the checks find (router/mistakes.py owns eve
 
 _DETAIL_MAX: Final = 120
 SWEEP: Final = 3  # calls of the first offered tools, in the order offered, that make a sweep
+SPRAY: Final = 8  # calls of one tool in one answer that make a spray
 _MISS: Final = object()
 
 
@@ -197,6 +202,8 @@ class Validator:
                 return [Mistake(UNKNOWN_TOOL, "", "malformed tool_calls (not a list)")]
             if not no_tools and len(calls) >= SWEEP and (sweep := _sweep([_named(c)[2] for c in calls], tools)):
                 return [sweep]
+            if not no_tools and len(calls) >= SPRAY and (spray := _spray([_named(c)[2] for c in calls])):
+                return [spray]
             called: set[str] = set()
             for call in calls:
                 self._check_call(call, NO_TOOLS if no_tools else tool_set, finish_reason, mistakes, called)
@@ -387,6 +394,12 @@ def _sweep(called: Sequence[str], tools: Mapping[str, Any], how: str = "") -> Mi
         return None
     detail = f"{len(called)} calls of the {len(tools)} offered tools in the order offered: {', '.join(called)}"
     return Mistake(TOOL_SWEEP, "", _short(detail + how))
+
+
+def _spray(called: Sequence[str]) -> Mistake | None:
+    """`tool_spray` if `SPRAY` or more of the calls (the tools they name) name one tool, else None."""
+    name, count = Counter(called).most_common(1)[0] if called else ("", 0)
+    return Mistake(TOOL_SPRAY, name, f"{count} calls of {name} in one answer") if count >= SPRAY else None
 
 
 def _repeated(calls: Sequence[Any], messages: Any) -> Mistake | None:

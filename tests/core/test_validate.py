@@ -398,6 +398,13 @@ MISTAKES = [
         req(),
         [("tool_sweep", "")],
     ),
+    # tool_spray (more below)
+    (
+        "spray-of-one-tool",
+        msg(None, *(call("get_weather", {"city": f"City {i}"}, i) for i in range(8))),
+        req(),
+        [("tool_spray", "get_weather")],
+    ),
     # repeated_call (more below)
     (
         "repeat-of-the-last-turn",
@@ -772,3 +779,15 @@ def test_a_repeat_with_a_defect_is_that_defect() -> None:
 def test_no_repeat_when_no_tool_may_be_called() -> None:
     request = req("none", messages=[ASKED, *turn(SENT)], tools=OFFERED)
     assert kinds(check(msg(None, again(SENT)), request)) == [("unknown_tool", "send_message")]
+
+
+# -- tool_spray: one tool called SPRAY (8) times or more in one answer -----------------------------------------
+
+
+def test_a_spray_is_the_answers_one_mistake_and_seven_calls_are_none() -> None:
+    events = [call("get_weather", {"city": f"{h}:00"}, h) for h in range(10, 28)]  # 18, as the 0.5B wrote
+    [found] = check(msg(None, *events[:-1], call("get_weather", {"city": 3}, 99)), req(tools=OFFERED))
+    assert (found.kind, found.tool) == ("tool_spray", "get_weather")
+    assert found.detail == "18 calls of get_weather in one answer"
+    assert check(msg(None, *events[:7]), req(tools=OFFERED)) == []  # seven reads at once: an agent's
+    assert check(msg(None, *events[:7], SENT), req(tools=OFFERED)) == []  # eight calls of two tools

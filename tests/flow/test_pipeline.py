@@ -268,3 +268,14 @@ async def test_the_last_tiers_repeat_is_delivered(tmp_path: Path, stream: bool) 
             assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == SENT
     assert attempts.tried == ["full"] and attempts.mistakes == ["repeated_call"] and not attempts.exhausted
     assert len(full.bodies) == 1
+
+
+async def test_a_spray_goes_to_the_stronger_tier(tmp_path: Path) -> None:
+    """The 0.5B's one meeting as 18 events, an hour apart: full schedules it once."""
+    spray = calls(*(("send_message", f'{{"to": "@maria", "text": "{h}:00"}}') for h in range(10, 28)))
+    once = calls(("send_message", '{"to": "@maria", "text": "Budget review, Wednesday 10:00"}'))
+    fast, full = Scripted("fast", [spray]), Scripted("full", [once])
+    async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
+        attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
+    assert attempts.tried == ["fast", "full"] and attempts.mistakes == ["tool_spray"]
+    assert len(reply.data["choices"][0]["message"]["tool_calls"]) == 1
