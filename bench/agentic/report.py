@@ -199,9 +199,10 @@ def markdown(runs: dict[tuple[str, str], list[dict[str, Any]]], summary: dict[st
         f"{', '.join(summary['upstream'])}. A task succeeds when the loop ended with the agent's answer and every "
         "exact check of the environment's final state and the final answer passes. Steps: calls the agent "
         "got an answer to. Mistakes caught: kinds in `x-router-mistakes` of answers the router did not deliver "
-        "(escalated, repaired); reached the agent: delivered with their mistakes (`x-router-exhausted`), error "
-        "statuses, malformed calls the tools received, unknown tools the SDK refused, tool calls written as text "
-        "in a final answer. Tool errors recovered: a tool said no (wrong path, ambiguous name, …) and a later "
+        "(escalated, repaired); reached the agent: delivered with their mistakes (`x-router-exhausted`), a "
+        "sign the last tier wrote (`repeated_call`, `tool_spray`: delivered, not refused), error statuses, "
+        "malformed calls the tools received, unknown tools the SDK refused, tool calls written as text in a "
+        "final answer. Tool errors recovered: a tool said no (wrong path, ambiguous name, …) and a later "
         "call worked. Wall time: per task, the whole loop.",
         "",
         "## Per configuration (all loops)",

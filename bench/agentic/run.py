@@ -37,6 +37,7 @@ import orjson
 from bench.agentic.env import Environment, Stats
 from bench.agentic.loops import LOOPS, Wire, looks_like_text_call, run_loop
 from bench.agentic.tasks import Task
+from router.mistakes import STRONGER_ONLY
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "results" / "agentic"
@@ -107,8 +108,9 @@ def mistakes(
 ) -> tuple[Counter[str], Counter[str]]:
     """(mistakes the router caught — in answers it did not deliver —, mistakes that reached the
     agent), each by kind. Reached, as the router says it: an answer delivered with its mistakes
-    (x-router-exhausted: with one attempt, all of them its own), an error status the client got
-    (`http_<status>`); as the agent's side sees it: malformed calls the tools received (invalid_json,
+    (x-router-exhausted: with one attempt, all of them its own), a sign the router only moves on from
+    (`repeated_call`, `tool_spray`) in an answer not escalated, an error status the client got (`http_<status>`);
+    as the agent's side sees it: malformed calls the tools received (invalid_json,
     bad_arguments, unknown_tool), an unknown tool the SDK refused, a final answer that is a tool
     call written as text. The same mistake is often seen from both sides: per kind, the larger count."""
     caught: Counter[str] = Counter()
@@ -119,7 +121,9 @@ def mistakes(
         elif c["exhausted"]:
             said.update(c["mistakes"])
         else:
-            caught.update(c["mistakes"])
+            kept = [] if c["escalated"] else [k for k in c["mistakes"] if k in STRONGER_ONLY]
+            said.update(kept)  # the tier had no stronger one: delivered as it wrote it
+            caught.update(k for k in c["mistakes"] if k not in kept)
     seen: Counter[str] = Counter(stats.malformed)
     if error and "not found in agent" in error:
         seen["unknown_tool"] += 1

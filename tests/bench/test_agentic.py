@@ -241,8 +241,10 @@ def test_done_reads_the_finished_tasks_and_skips_a_torn_line(tmp_path: Path) -> 
     assert [orjson.loads(line)["task"] for line in path.read_bytes().splitlines()[:2]] == ["ch-port", "nt-hola"]
 
 
-def _call(status: int = 200, mistakes: tuple[str, ...] = (), exhausted: bool = False) -> dict[str, Any]:
-    return {"status": status, "mistakes": list(mistakes), "exhausted": exhausted}
+def _call(
+    status: int = 200, mistakes: tuple[str, ...] = (), exhausted: bool = False, escalated: bool = False
+) -> dict[str, Any]:
+    return {"status": status, "mistakes": list(mistakes), "exhausted": exhausted, "escalated": escalated}
 
 
 def test_mistakes_caught_and_reached_are_counted_once() -> None:
@@ -253,6 +255,11 @@ def test_mistakes_caught_and_reached_are_counted_once() -> None:
     assert reached == {"unknown_tool": 1, "http_502": 1, "bad_arguments": 1, "text_tool_call": 1}
     _, reached = mistakes([], Stats(), "", "ModelBehaviorError: Tool rm not found in agent assistant")
     assert reached == {"unknown_tool": 1}
+
+
+def test_a_repeat_is_caught_when_escalated_and_reached_when_the_last_tier_wrote_it() -> None:
+    calls = [_call(mistakes=("repeated_call",), escalated=True), _call(mistakes=("repeated_call",))]
+    assert mistakes(calls, Stats(), "", None) == ({"repeated_call": 1}, {"repeated_call": 1})
 
 
 def _record(config: str, task: str, ok: bool, seconds: float, tiers: tuple[str, ...]) -> dict[str, Any]:
