@@ -35,7 +35,7 @@ from router.errors import ExtraMissing, UpstreamError, UpstreamStatus, upstream_
 from router.policy.model import Tier
 from router.sessions import Session
 from router.sessions.provenance import MessagesMarks, mark_message, messages_request, model_tag
-from router.upstream.base import Chunk, Limits, Native, Reply, Speed, native_event, token_count
+from router.upstream.base import Chunk, Limits, Native, Reply, Speed, chat_usage, native_event, token_count
 from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
 from router.upstream.messages_view import chat_message, finish_reason
@@ -215,7 +215,7 @@ def _completion(message: dict[str, Any]) -> dict[str, Any]:
         "choices": [
             {"index": 0, "message": chat_message(message), "finish_reason": finish_reason(message.get("stop_reason"))}
         ],
-        "usage": {"prompt_tokens": usage.get("input_tokens", 0), "completion_tokens": usage.get("output_tokens", 0)},
+        "usage": chat_usage(usage.get("input_tokens"), usage.get("output_tokens")),
     }
 
 

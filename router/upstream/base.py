@@ -180,6 +180,13 @@ def speaks(upstream: Upstream, dialect: str) -> TypeGuard[NativeUpstream]:
     return dialect in upstream.dialects
 
 
+def chat_usage(prompt: Any, completion: Any) -> dict[str, int]:
+    """A chat completion's usage as OpenAI's clients read it: prompt, completion and total tokens, each
+    a count (the Agents SDK's chat model fails a run on a usage without one)."""
+    prompt, completion = token_count(prompt), token_count(completion)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
 def token_count(value: Any) -> int:
     """A token count as a tier reported it; what is not a count (text, a list, a negative) is 0."""
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 2**63 else 0

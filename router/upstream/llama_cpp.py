@@ -24,6 +24,8 @@ from typing import Any
 
 import orjson
 
+from router.upstream.base import chat_usage
+
 _CALL_OPENING = "<tool_call>"  # the Hermes format's (Qwen2.5's template): a call is <tool_call>\n{json}
 
 
@@ -96,7 +98,7 @@ def call_completion(data: Mapping[str, Any], name: str, model: str) -> dict[str,
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": prompt_n, "completion_tokens": int(data.get("tokens_predicted") or 0)},
+        "usage": chat_usage(prompt_n, data.get("tokens_predicted")),
         "timings": timings,
     }
 

@@ -41,7 +41,7 @@ from router.sessions.affinity import Affinity, Lease
 from router.sessions.provenance import mark_items, model_tag
 from router.upstream import llama_cpp, scoring
 from router.upstream.answer import Answer
-from router.upstream.base import Chunk, Limits, Native, Prompt, Reply, token_count
+from router.upstream.base import Chunk, Limits, Native, Prompt, Reply, chat_usage, token_count
 from router.upstream.context import props_window, served_window
 from router.upstream.http import PooledHTTP
 from router.upstream.loops import Loop
@@ -117,7 +117,11 @@ class OpenAICompatUpstream(PooledHTTP):
             answer.text = [loop.kept("".join(answer.text))]
             answer.drop_repeated_calls()
             answer.finish_reason = loop.finish
-            answer.usage = {"completion_tokens": loop.deltas}  # written until then; the prompt's count never came
+            # written until then; the prompt's count never came (the last chunk has it): the tier counts it
+            prompt: int | None = None
+            with contextlib.suppress(UpstreamError):
+                prompt = await self.count_tokens(body, deadline)
+            answer.usage = chat_usage(prompt, loop.deltas)
             self._looped(loop.deltas)
         data = answer.completion()
         if problem := _malformed(data, "message"):

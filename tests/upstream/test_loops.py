@@ -148,6 +148,34 @@ async def test_a_looping_call_is_stopped_and_made_once(start_fake_, proxy_, stre
     assert await counted(proxy.base) == 1
 
 
+async def test_a_cut_answers_usage_is_whole_for_the_agents_sdk(start_fake_, proxy_) -> None:
+    """The stream's last chunk, which counts the prompt, never comes: the tier's tokenizer counts it.
+    The Agents SDK's chat model fails a run on a usage without all three counts (seen in the eval)."""
+    agents = pytest.importorskip("agents", reason="openai-agents is not installed (the `dev` extra pins it)")
+    fake = await start_fake_(FakeConfig(seed=1, looping=True, chunk_delay_ms=1, n_ctx=8192))
+    proxy = await proxy_(looping_policy(fake.url, cut=True))
+    body = {"model": "auto", "messages": USER, "tools": TOOLS, "max_tokens": 2048}
+    async with asyncio.timeout(30):
+        raw = await post(proxy.url + "/chat/completions", body)
+    usage = orjson.loads(raw.body)["usage"]
+    assert raw.headers["x-router-looped"] == "true" and usage["prompt_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+    agents.set_tracing_disabled(True)
+    client = agents.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0)
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """Weather for a city."""
+        return "sunny"
+
+    model = agents.OpenAIChatCompletionsModel(model="auto", openai_client=client)
+    agent = agents.Agent(name="a", tools=[get_weather], model=model)
+    with pytest.raises(agents.MaxTurnsExceeded):  # the cut answer was read, its call run, and the loop went on
+        await agents.Runner.run(agent, "Weather in Paris?", max_turns=1)
+    await client.close()
+
+
 async def test_without_cut_loops_the_loop_is_read_to_its_end(start_fake_, proxy_) -> None:
     fake = await start_fake_(FakeConfig(seed=1, looping=True))
     proxy = await proxy_(looping_policy(fake.url, cut=False))
