@@ -399,7 +399,7 @@ def _sweep(called: Sequence[str], tools: Mapping[str, Any], how: str = "") -> Mi
 def _spray(called: Sequence[str]) -> Mistake | None:
     """`tool_spray` if `SPRAY` or more of the calls (the tools they name) name one tool, else None."""
     name, count = Counter(called).most_common(1)[0] if called else ("", 0)
-    return Mistake(TOOL_SPRAY, name, f"{count} calls of {name} in one answer") if count >= SPRAY else None
+    return Mistake(TOOL_SPRAY, name, _short(f"{count} calls of {name} in one answer")) if count >= SPRAY else None
 
 
 def _repeated(calls: Sequence[Any], messages: Any) -> Mistake | None:

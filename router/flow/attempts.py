@@ -4,8 +4,8 @@ Its attempts run in tenacity's loop, retried while `Escalate` is raised, the fir
 (router/flow/retries.py). Every tier's answer is checked, the chain's last one's too. While an attempt
 is allowed (count and deadline) the next goes to a stronger tier or, on the chain's last tier, to the
 same tier: a repair (`tool_choice` pinned to the tool meant) or a fresh sample — none for a greedy
-tier, which would answer the same. A `repeated_call` (the agent's last calls again) only moves a call
-on to a stronger tier: where there is none, the answer is delivered. With no attempt left, an answer
+tier, which would answer the same. A sign (`repeated_call`: the agent's last calls again; `tool_spray`)
+only moves a call on to a stronger tier: where there is none, the answer is delivered. With no attempt left, an answer
 with mistakes the policy escalates on never reaches the client: `ChecksFailed` (a retryable 502;
 `escalation.on_exhausted: deliver` hands it over instead), saying what the client has: nothing, or
 (a stream) the text already sent.
