@@ -1,10 +1,11 @@
 """Errors the agent reports afterwards, and the sticky sessions they cause.
 
-A call's newest tool results (those after the last assistant message) answer tool calls the router
+A call's newest tool results (its newest turn, router/core/turns.py) answer tool calls the router
 delivered in the previous turn. When one reports failure — Anthropic-style `is_error`, a policy
-failure pattern (a traceback, an `Error:` prefix, a non-zero exit code), or the model repeating
-an earlier call verbatim — the router records `agent_reported_error` against the tier and tool
-that made that call, and the session's next `sticky_calls` calls go to the escalation tier.
+failure pattern (a traceback, an `Error:` prefix, a non-zero exit code), or the model repeating an
+earlier turn's call (the same tool and arguments, as JSON) — the router records
+`agent_reported_error` against the tier and tool that made that call, and the session's next
+`sticky_calls` calls go to the escalation tier.
 Only the newest results are read, and a routed call is forgotten once its failure is counted, so a
 failure is counted once although every later call of the conversation repeats it, and although a
 client may send the same request again.
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from router.core.call import Call
+from router.core.turns import Turn, call_key, newest_turn, tool_calls
 from router.mistakes import AGENT_REPORTED_ERROR
 from router.policy.decide import routed_by_policy
 from router.policy.model import AfterAgentError, Policy
@@ -33,8 +35,8 @@ async def sticky_tier(store: Store, metrics: Metrics, call: Call, policy: Policy
     """Record newly reported failures, then say whether this call must go to a stronger tier."""
     rules = policy.escalation.after_agent_error
     sticky = rules.sticky_calls if policy.escalation.chain else 0
-    turn = _newest_turn(call.body.get("messages") or ())
-    failed = [fid async for fid in _failed_calls(store, call, rules, *turn)] if turn[0] else []
+    turn = newest_turn(call.body.get("messages"))
+    failed = [fid async for fid in _failed_calls(store, call, rules, turn)] if turn.results else []
     if failed:
         s = call.session.id
         store.record(
@@ -62,38 +64,24 @@ async def _failed_calls(
     store: Store,
     call: Call,
     rules: AfterAgentError,
-    results: list[dict[str, Any]],
-    assistant: dict[str, Any] | None,
-    earlier: list[dict[str, Any]],
+    turn: Turn,
 ) -> AsyncIterator[RoutedCall]:
     """The routed calls the newest turn's tool results (and a repeated call) say failed."""
     messages = call.body.get("messages") or ()
-    for result in results:
+    for result in turn.results:
         if str(result.get("tool_call_id")) in call.reported_errors or _reports_failure(result, rules):
             routed = await store.routed_take(call.session.id, str(result.get("tool_call_id")))
             if routed is not None:
                 yield routed
-    if rules.repeated_call and assistant is not None:
-        seen = {_signature(c): c for m in earlier for c in _tool_calls(m)}
-        for c in _tool_calls(assistant):
-            prior = seen.get(_signature(c))
+    if rules.repeated_call:
+        seen = {call_key(c): c for m in turn.earlier for c in tool_calls(m)}
+        for c in turn.calls:
+            prior = seen.get(call_key(c))
             if prior is None or prior.get("id") == c.get("id") or _reported(messages, prior.get("id"), rules):
                 continue
             routed_prior = await store.routed_take(call.session.id, str(prior.get("id")))
             if routed_prior is not None:
                 yield routed_prior
-
-
-def _newest_turn(messages: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]]]:
-    """(tool results at the end, the assistant message they answer, the assistant messages before)."""
-    i = len(messages)
-    while i > 0 and isinstance(messages[i - 1], dict) and messages[i - 1].get("role") == "tool":
-        i -= 1
-    results = [m for m in messages[i:] if m.get("tool_call_id")]
-    if not results or i == 0 or (messages[i - 1] or {}).get("role") != "assistant":
-        return results, None, []
-    earlier = [m for m in messages[: i - 1] if isinstance(m, dict) and m.get("role") == "assistant"]
-    return results, messages[i - 1], earlier
 
 
 def _reported(messages: Any, call_id: Any, rules: AfterAgentError) -> bool:
@@ -118,15 +106,3 @@ def _texts(content: Any) -> Iterator[str]:
         for part in content:
             if isinstance(part, dict) and isinstance(part.get("text"), str):
                 yield part["text"][:4000]
-
-
-def _tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
-    """The tool calls of a message of the client's history; whatever is not a call object is skipped."""
-    calls = message.get("tool_calls")
-    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
-
-
-def _signature(tool_call: dict[str, Any]) -> tuple[str, str]:
-    fn = tool_call.get("function")
-    fn = fn if isinstance(fn, dict) else {}
-    return str(fn.get("name", "")), str(fn.get("arguments", "")).strip()

@@ -46,7 +46,6 @@ Judgement calls (see also the tests):
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
@@ -69,6 +68,7 @@ from router.core.offered import (
 )
 from router.core.schemas import BACKTRACK_LIMIT, TOO_COSTLY, CostlyPattern, compile_schema, patterns_of
 from router.core.text_calls import DEFAULT_ANNOUNCE, TOOL_PLACEHOLDER, TextRules, build_rules, opens_like_call
+from router.core.turns import call_key, newest_turn
 from router.errors import BadRequest
 from router.mistakes import (
     ANSWER_KINDS,
@@ -403,39 +403,13 @@ def _spray(called: Sequence[str]) -> Mistake | None:
 
 
 def _repeated(calls: Sequence[Any], messages: Any) -> Mistake | None:
-    """`repeated_call` if every call in `calls` is one of the agent's last turn (`_last_turn`), else None."""
-    last = _last_turn(messages)
-    made = [_call_key(c) for c in calls]
+    """`repeated_call` if every call in `calls` is one of the agent's last turn (router/core/turns.py), else None."""
+    last = {call_key(c) for c in newest_turn(messages).calls}
+    made = [call_key(c) for c in calls]
     if not last or not made or not set(made) <= last:
         return None
     names = ", ".join(dict.fromkeys(name for name, _ in made))
     return Mistake(REPEATED_CALL, made[0][0], _short(f"the agent's last call(s) again, same arguments: {names}"))
-
-
-def _last_turn(messages: Any) -> set[tuple[str, str]]:
-    """The calls of the assistant message that the tool results closing `messages` answer (none if
-    the request does not end with tool results)."""
-    if not isinstance(messages, list):
-        return set()
-    i = len(messages)
-    while i > 0 and isinstance(messages[i - 1], Mapping) and messages[i - 1].get("role") == "tool":
-        i -= 1
-    if i == len(messages) or i == 0 or not isinstance(messages[i - 1], Mapping):
-        return set()
-    if messages[i - 1].get("role") != "assistant" or not isinstance(calls := messages[i - 1].get("tool_calls"), list):
-        return set()
-    return {_call_key(c) for c in calls}
-
-
-def _call_key(call: Any) -> tuple[str, str]:
-    """A call's tool and arguments, the arguments as canonical JSON where they decode."""
-    fn = call.get("function") if isinstance(call, Mapping) else None
-    fn = fn if isinstance(fn, Mapping) else {}
-    arguments = fn.get("arguments")
-    text = arguments.strip() if isinstance(arguments, str) else ""
-    with contextlib.suppress(orjson.JSONDecodeError):
-        text = orjson.dumps(orjson.loads(text or "{}"), option=orjson.OPT_SORT_KEYS).decode()
-    return str(fn.get("name", "")), text
 
 
 def _schema_key(schema: Any) -> bytes | None:

@@ -3,6 +3,8 @@ that made it, once, and makes the session sticky to the escalation tier for `sti
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -129,11 +131,18 @@ async def test_results_for_calls_the_router_did_not_make_are_ignored(start_fake_
     assert await agent_errors(proxy) == ({"fast": 0}, {"get_weather": 0})
 
 
-async def test_a_call_repeated_verbatim_counts_once(start_fake_, proxy_, sdk) -> None:
+def respelled(arguments: str) -> str:
+    """The same arguments as a client may serialise them again: keys reversed, other spacing."""
+    return json.dumps(dict(reversed(json.loads(arguments).items())), indent=1)
+
+
+@pytest.mark.parametrize("spell", [str, respelled], ids=["verbatim", "respelled"])
+async def test_a_repeated_call_counts_once(start_fake_, proxy_, sdk, spell: Callable[[str], str]) -> None:
+    """The same tool and arguments (as JSON, however spelled) as an earlier turn's call is a failure."""
     proxy = await start(start_fake_, proxy_)
     agent = Agent(sdk(proxy.url), "repeat")
     _, _, first = await agent.ask()
-    first_args = first["tool_calls"][0]["function"]["arguments"]
+    first_args = spell(first["tool_calls"][0]["function"]["arguments"])
     agent.answer(first, "Sunny, 21 C")  # looked fine...
     tier, _, second = await agent.ask()
     assert tier == "fast"
