@@ -31,8 +31,9 @@ clients in `x-router-mistakes`; a policy can name every one of them (tests/test_
 The last two are no defect of an answer: a call always moves on from them to the next tier
 (`MOVES_ON`), whatever `escalation.on` says. The checks' kinds a repair can mend are `REPAIRABLE`.
 A `tool_spray` or a `repeated_call` is a sign, not a defect: agents read many files at once, and poll
-(a job's output, a terminal) by calling again. It sends a call on to a stronger tier, but no call is
-refused for it (`STRONGER_ONLY`): the chain's last tier's answer, a resampled run's, or one with no
+(a job's output, a terminal) by calling again. It sends a call on to a stronger tier, or from the
+greedy last tier to one sampled attempt on the repeat tier, but no call is refused for it
+(`STRONGER_ONLY`): the chain's last tier's answer, a resampled run's or a sample's, or one with no
 attempt left is delivered with it.
 """
 
@@ -85,7 +86,7 @@ ANSWER_KINDS: Final = (
 # a call the model fumbled, which the same tier may get right with the tool pinned (a route's `repair`);
 # not a sweep: it means no one tool, so there is none to pin
 REPAIRABLE: Final = frozenset({INVALID_JSON, SCHEMA_VIOLATION, TEXT_TOOL_CALL, MISSING_TOOL_CALL})
-# signs, not defects: on to a stronger tier if there is one; no call is refused for them
+# signs, not defects: on to a stronger tier, or a sample of the greedy last tier; no call is refused for them
 STRONGER_ONLY: Final = frozenset({TOOL_SPRAY, REPEATED_CALL})
 MOVES_ON: Final = frozenset({TIER_OPEN, CONTEXT_EXCEEDED})  # never the answer's: on to the next tier regardless
 # `escalation.on` by default: every kind but agent_reported_error, known only after delivery (and

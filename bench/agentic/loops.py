@@ -13,7 +13,7 @@ tool" result instead, as a plain loop would.
 
 Every HTTP call the SDK makes goes through an httpx client whose event hooks write down the router's
 answer: status, the x-router-* headers (tier, route, escalated, mistakes, repaired, salvaged, looped,
-exhausted, verified, repeat) and the usage in the body. Calls are not streamed, so the headers carry
+exhausted, signs, verified, repeat) and the usage in the body. Calls are not streamed, so the headers carry
 the final decision (a stream's would be in its `: router` trailer).
 """
 
@@ -50,6 +50,7 @@ class Call:
     salvaged: bool = False
     looped: bool = False
     exhausted: bool = False
+    signs: list[str] | None = None  # None: not told (a run before the router said it)
     verified: str | None = None
     repeat: str | None = None
     input_tokens: int = 0
@@ -71,6 +72,7 @@ class Call:
             salvaged=headers.get("x-router-salvaged") == "true",
             looped=headers.get("x-router-looped") == "true",
             exhausted=headers.get("x-router-exhausted") == "true",
+            signs=[s for s in (headers.get("x-router-signs") or "").split(",") if s],
             verified=headers.get("x-router-verified"),
             repeat=headers.get("x-router-repeat"),
             input_tokens=int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0),

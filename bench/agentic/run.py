@@ -109,7 +109,8 @@ def mistakes(
     """(mistakes the router caught — in answers it did not deliver —, mistakes that reached the
     agent), each by kind. Reached, as the router says it: an answer delivered with its mistakes
     (x-router-exhausted: with one attempt, all of them its own), a sign the router only moves on from
-    (`repeated_call`, `tool_spray`) in an answer not escalated, an error status the client got (`http_<status>`);
+    (`repeated_call`, `tool_spray`) in the answer delivered (x-router-signs; in runs from before the
+    router said so, in an answer not escalated), an error status the client got (`http_<status>`);
     as the agent's side sees it: malformed calls the tools received (invalid_json,
     bad_arguments, unknown_tool), an unknown tool the SDK refused, a final answer that is a tool
     call written as text. The same mistake is often seen from both sides: per kind, the larger count."""
@@ -121,9 +122,11 @@ def mistakes(
         elif c["exhausted"]:
             said.update(c["mistakes"])
         else:
-            kept = [] if c["escalated"] else [k for k in c["mistakes"] if k in STRONGER_ONLY]
-            said.update(kept)  # the tier had no stronger one: delivered as it wrote it
-            caught.update(k for k in c["mistakes"] if k not in kept)
+            kept = c.get("signs")  # delivered as the last tier (or its sample) wrote it
+            if kept is None:
+                kept = [] if c["escalated"] else [k for k in c["mistakes"] if k in STRONGER_ONLY]
+            said.update(kept)
+            caught.update((Counter(c["mistakes"]) - Counter(kept)).elements())
     seen: Counter[str] = Counter(stats.malformed)
     if error and "not found in agent" in error:
         seen["unknown_tool"] += 1

@@ -5,7 +5,9 @@ Its attempts run in tenacity's loop, retried while `Escalate` is raised, the fir
 is allowed (count and deadline) the next goes to a stronger tier or, on the chain's last tier, to the
 same tier: a repair (`tool_choice` pinned to the tool meant) or a fresh sample — none for a greedy
 tier, which would answer the same. A sign (`repeated_call`: the agent's last calls again; `tool_spray`)
-only moves a call on to a stronger tier: where there is none, the answer is delivered. With no attempt left, an answer
+only moves a call on: to a stronger tier, or from the greedy last tier to one sampled attempt on the
+repeat tier (`escalation.repeat`), whose answer is delivered, a sign and all (a broken one: the greedy
+answer again); where neither can run, the answer is delivered with its sign. With no attempt left, an answer
 with mistakes the policy escalates on never reaches the client: `ChecksFailed` (a retryable 502;
 `escalation.on_exhausted: deliver` hands it over instead), saying what the client has: nothing, or
 (a stream) the text already sent.
@@ -82,6 +84,7 @@ class Attempts:
         self.mistakes: list[str] = []
         self.repaired = False
         self.exhausted = False  # every attempt failed the checks (and the answer was refused or delivered)
+        self.signs: list[str] = []  # the signs (`STRONGER_ONLY`) of the answer judged deliverable
         self.salvaged = False  # a call written as text was made structured (router/flow/salvage.py)
         self.looped = False  # an answer went round in a loop and was stopped (router/upstream/loops.py)
         self.verdicts: list[str] = []  # "kind:accept|reject|unsure" per verified answer
@@ -97,6 +100,7 @@ class Attempts:
         self._repaired_on: set[str] = set()  # tiers that had their one repair
         self._fitting: str | None = None  # the next attempt's tier, after one whose context was too small
         self._too_small: set[str] = set()  # tiers whose context did not take the prompt
+        self._sign_from: str | None = None  # the chain's last tier, whose sign a sampled attempt tried to better
         self.route_spec = next((r for r in policy.routes if r.name == decision.route), None)  # None: no route matched
         self.admitted: tuple[Any, ToolSet] | None = None  # the offered tools and the validator's reading of them
         self.started = asyncio.get_running_loop().time()
@@ -129,10 +133,13 @@ class Attempts:
         return retries.after_first(self.attempts(), first)
 
     def next_attempt(self) -> tuple[str, dict[str, Any]]:
-        """The tier and body of the next attempt: routed tier, repair on the same tier, or stronger."""
-        body = self.call.body
+        """The tier and body of the next attempt: routed tier, repair on the same tier, or stronger
+        (or, after the last tier's sign, its sample)."""
         last = self.tried[-1] if self.tried else None
-        if self._repair_tool is not None:
+        body = self.call.body
+        if self._sign_from is not None and last is not None:
+            body = self._next_after_sign(last).body
+        elif self._repair_tool is not None:
             body = {**body, "tool_choice": {"type": "function", "function": {"name": self._repair_tool}}}
             self._repair_tool = None
         elif self._fitting is not None:
@@ -147,6 +154,16 @@ class Attempts:
         if spec is not None and spec.kind == "logprobs" and self.verifiable(self.tier) and not self.call.stream:
             body = {**body, "logprobs": True}
         return self.tier, body
+
+    def _next_after_sign(self, last: str) -> Call:
+        """After the chain's last tier wrote a sign: its one sampled attempt on the repeat tier; after
+        that (broken), the greedy tier again, whose answer is then delivered with its sign."""
+        self._repair_tool = self._fitting = None
+        if last == self._sign_from and self.resampling is not None:
+            self.call, self.tier = resampled(self.seen.call, self.resampling.temperature), self.resampling.tier
+        else:
+            self.call, self.tier = self.seen.call, self._sign_from or self.tier
+        return self.call
 
     @property
     def escalated(self) -> bool:
@@ -212,7 +229,14 @@ class Attempts:
     # -- verdicts -----------------------------------------------------------------------------
     def judge(self, tier: str, message: Mapping[str, Any], finish_reason: str | None) -> list[Mistake]:
         """Check an answer and record it. Raise Escalate when its mistakes warrant another attempt
-        and one is left, ChecksFailed when none is; return the mistakes the answer is delivered with."""
+        and one is left, ChecksFailed when none is; return the mistakes the answer is delivered with
+        (its signs in `signs`)."""
+        self.signs = []
+        found = self._judged(tier, message, finish_reason)
+        self.signs = [m.kind for m in found if m.kind in STRONGER_ONLY]
+        return found
+
+    def _judged(self, tier: str, message: Mapping[str, Any], finish_reason: str | None) -> list[Mistake]:
         read = self.admitted[1] if self.admitted and self.admitted[0] is self.call.body.get("tools") else None
         found = self.parts.validator.check(message, self.call.body, finish_reason=finish_reason, tool_set=read)
         tools = [str((c.get("function") or {}).get("name", "")) for c in message.get("tool_calls") or ()]
@@ -223,7 +247,10 @@ class Attempts:
         if not escalating:
             return found
         if escalating <= STRONGER_ONLY and not (self._may_retry() and self._moves_up(tier)):
-            return found  # a sign for a stronger tier, where there is one; never a refusal
+            if self._samples_sign(tier):
+                self._sign_from = tier
+                raise Escalate(kinds)
+            return found  # a sign for a stronger tier or a sample, where there is one; never a refusal
         if self._may_retry():
             if (tool := self._repairable(tier, found)) is not None:
                 self._repair_tool, self.repaired = tool, True
@@ -280,6 +307,7 @@ class Attempts:
         tool = str((message["tool_calls"][0].get("function") or {}).get("name", ""))
         tool = tool if tool in self.call.features.tool_names else ""
         self.mistakes.append(VERIFIER_REJECT)
+        self.signs = []
         self.record.rejected(tier, tool)
         log.debug("route %s: the %s verifier rejected a call of tier %s", self.route, spec.kind, tier)
         if self._may_retry():
@@ -288,7 +316,21 @@ class Attempts:
     def _moves_up(self, tier: str) -> bool:
         """The next attempt after `tier`'s would go to a stronger tier that takes calls now."""
         stronger = self._stronger(tier)
-        return self.repeat != "resampled" and stronger != tier and self.parts.breakers.closed(stronger)
+        resampled = self.repeat == "resampled" or self._sign_from is not None
+        return not resampled and stronger != tier and self.parts.breakers.closed(stronger)
+
+    def _samples_sign(self, tier: str) -> bool:
+        """A sign of the chain's last tier, answering greedily, gets one sampled attempt on the repeat
+        tier (a greedy model that wrote its last call again writes it every turn after): not in a
+        resampled run, not once text was streamed, and only with an attempt left after it, for the
+        greedy answer again should the sample be broken."""
+        sampling = self.resampling
+        if sampling is None or sampling.greedy or self.repeat is not None or self._sign_from is not None:
+            return False
+        if self.streamed or self._stronger(tier) != tier or sampling.tier == tier or not self._same_answer_again(tier):
+            return False
+        left = self.policy.escalation.max_attempts - len(self.tried)
+        return left >= 2 and self._may_retry() and self.parts.breakers.closed(sampling.tier)
 
     def _same_answer_again(self, tier: str) -> bool:
         """Asked again (the chain's last tier, no repair), greedy `tier` (temperature 0, its params' or
@@ -303,6 +345,8 @@ class Attempts:
         """The one offered tool the answer fumbled, if this tier may be repaired: once per tier, on
         a route that asks for it, or on the chain's last tier (where the next try is the same tier)."""
         route = self.route_spec
+        if self._sign_from is not None:  # after a sign's sample, the greedy answer again: no repair
+            return None
         if tier in self._repaired_on or not ((route and route.repair) or self._stronger(tier) == tier):
             return None
         tools = {m.tool for m in found if m.kind in REPAIRABLE and m.tool}

@@ -242,9 +242,14 @@ def test_done_reads_the_finished_tasks_and_skips_a_torn_line(tmp_path: Path) -> 
 
 
 def _call(
-    status: int = 200, mistakes: tuple[str, ...] = (), exhausted: bool = False, escalated: bool = False
+    status: int = 200,
+    mistakes: tuple[str, ...] = (),
+    exhausted: bool = False,
+    escalated: bool = False,
+    signs: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    return {"status": status, "mistakes": list(mistakes), "exhausted": exhausted, "escalated": escalated}
+    told = {"signs": list(signs)} if signs is not None else {}  # None: a record from before x-router-signs
+    return {"status": status, "mistakes": list(mistakes), "exhausted": exhausted, "escalated": escalated, **told}
 
 
 def test_mistakes_caught_and_reached_are_counted_once() -> None:
@@ -260,6 +265,14 @@ def test_mistakes_caught_and_reached_are_counted_once() -> None:
 def test_a_repeat_is_caught_when_escalated_and_reached_when_the_last_tier_wrote_it() -> None:
     calls = [_call(mistakes=("repeated_call",), escalated=True), _call(mistakes=("repeated_call",))]
     assert mistakes(calls, Stats(), "", None) == ({"repeated_call": 1}, {"repeated_call": 1})
+
+
+def test_a_sampled_repeat_is_read_off_x_router_signs() -> None:
+    """The greedy last tier's repeat, sampled: the sample answered (caught), or repeated too (one caught,
+    one reached: the sample's, delivered with its sign)."""
+    once, twice = ("repeated_call",), ("repeated_call", "repeated_call")
+    calls = [_call(mistakes=once, escalated=True, signs=()), _call(mistakes=twice, escalated=True, signs=once)]
+    assert mistakes(calls, Stats(), "", None) == ({"repeated_call": 2}, {"repeated_call": 1})
 
 
 def _record(config: str, task: str, ok: bool, seconds: float, tiers: tuple[str, ...]) -> dict[str, Any]:

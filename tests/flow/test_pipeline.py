@@ -245,6 +245,7 @@ async def test_a_repeat_of_the_last_turn_goes_to_the_stronger_tier(tmp_path: Pat
         attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
     assert attempts.tried == ["fast", "full"] and attempts.mistakes == ["repeated_call"]
     assert router_headers(attempts)["x-router-mistakes"] == "repeated_call"
+    assert "x-router-signs" not in router_headers(attempts)  # full's answer has none
     assert reply.data["choices"][0]["message"]["content"] == "Sent: the total is 370."
 
 
@@ -267,7 +268,87 @@ async def test_the_last_tiers_repeat_is_delivered(tmp_path: Path, stream: bool) 
             attempts, reply = await pipeline.complete(runtime, asked)
             assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == SENT
     assert attempts.tried == ["full"] and attempts.mistakes == ["repeated_call"] and not attempts.exhausted
-    assert len(full.bodies) == 1
+    assert len(full.bodies) == 1 and router_headers(attempts)["x-router-signs"] == "repeated_call"
+
+
+def sampling(repeat: str = "{tier: full-resample}", max_attempts: int = 3) -> str:
+    """local.yaml's shape: full greedy, all on full, repeats (and full's signs) sampled on full-resample."""
+    routes = "routes:\n  - {name: default, use: full}\n"
+    extra = f"escalation: {{to: full, max_attempts: {max_attempts}, repeat: {repeat}}}\n"
+    text = policy_text(UNUSED, extra=extra, routes=routes)
+    text = text.replace("model: openai/full-model", "model: openai/full-model\n    params: {temperature: 0}")
+    variant = f"  full-resample:\n    model: openai/full-model\n    api_base: {UNUSED}\n"
+    return text.replace("store:", variant + "    params: {temperature: 0.7}\nstore:")
+
+
+def sampled_tiers(*answers: dict[str, Any]) -> dict[str, Scripted]:
+    """fast unused; full writes the agent's last call again, and again if asked; full-resample `answers`."""
+    again = call("send_message", SENT, "call_7")
+    return {"fast": Scripted("fast", []), "full": Scripted("full", [again, again]),
+            "full-resample": Scripted("full-resample", list(answers))}  # fmt: skip
+
+
+async def test_the_greedy_last_tiers_repeat_gets_one_sampled_attempt(tmp_path: Path) -> None:
+    """The sticky 1.5B's loop (create_issue 7 turns running): its repeat is sampled once before the
+    agent sees it, on the repeat tier, without the client's seed."""
+    tiers = sampled_tiers(text("Done: Maria has the total."))
+    asked = chat_call(orjson.dumps({**after_a_turn(call("send_message", SENT)).body, "seed": 7}), {})
+    async with started(sampling(), tmp_path, **tiers) as runtime:
+        attempts, reply = await pipeline.complete(runtime, asked)
+    assert attempts.tried == ["full", "full-resample"] and attempts.mistakes == ["repeated_call"]
+    assert reply.data["choices"][0]["message"]["content"] == "Done: Maria has the total."
+    sample = tiers["full-resample"].bodies[0]
+    assert sample["temperature"] == 0.7 and "seed" not in sample and "seed" in tiers["full"].bodies[0]
+    headers = router_headers(attempts)
+    assert not attempts.exhausted and headers["x-router-tier"] == "full-resample" and "x-router-signs" not in headers
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_a_sampled_repeat_is_delivered(tmp_path: Path, stream: bool) -> None:
+    """Sampled, the model polls again: a sign is never refused, and no third attempt is made."""
+    tiers = sampled_tiers(call("send_message", SENT, "call_8"))
+    asked = after_a_turn(call("send_message", SENT))
+    async with started(sampling(), tmp_path, **tiers) as runtime:
+        if stream:
+            streamed = chat_call(orjson.dumps({**asked.body, "stream": True}), {})
+            attempts, chunks = await pipeline.stream(runtime, streamed)
+            sent = [c.data async for c in chunks]
+            made = [tc for c in sent if c.get("choices") for tc in c["choices"][0]["delta"].get("tool_calls") or ()]
+            assert [tc["function"]["arguments"] for tc in made if tc["function"].get("arguments")] == [SENT]
+        else:
+            attempts, reply = await pipeline.complete(runtime, asked)
+            assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == SENT
+    assert attempts.tried == ["full", "full-resample"] and attempts.mistakes == ["repeated_call", "repeated_call"]
+    assert not attempts.exhausted and len(tiers["full"].bodies) == 1 and attempts.signs == ["repeated_call"]
+
+
+async def test_a_broken_sample_gives_the_greedy_answer_again(tmp_path: Path) -> None:
+    """The sample's own mistake is not repaired: the greedy tier answers again, delivered with its sign."""
+    tiers = sampled_tiers(call("send_message", '{"to": "@maria", "text": '))  # cut off: invalid_json
+    async with started(sampling(), tmp_path, **tiers) as runtime:
+        attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
+    assert attempts.tried == ["full", "full-resample", "full"]
+    assert attempts.mistakes == ["repeated_call", "invalid_json", "repeated_call"]
+    assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == SENT
+    assert not attempts.exhausted and not attempts.repaired and "temperature" not in tiers["full"].bodies[1]
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        sampling(max_attempts=2),  # no attempt would be left for the greedy answer again
+        sampling(repeat="{tier: full}"),  # the repeat tier is the greedy tier itself
+        sampling(repeat="null"),  # repeats are not resampled at all
+    ],
+    ids=["one-attempt-left", "greedy-repeat-tier", "no-repeat"],
+)
+async def test_no_sample_where_it_could_not_help(tmp_path: Path, policy: str) -> None:
+    tiers = sampled_tiers(text("unused"))
+    async with started(policy, tmp_path, **tiers) as runtime:
+        attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
+    assert attempts.tried == ["full"] and attempts.mistakes == ["repeated_call"] and not attempts.exhausted
+    assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == SENT
+    assert not tiers["full-resample"].bodies
 
 
 async def test_a_spray_goes_to_the_stronger_tier(tmp_path: Path) -> None:
