@@ -6,8 +6,9 @@ is allowed (count and deadline) the next goes to a stronger tier or, on the chai
 same tier: a repair (`tool_choice` pinned to the tool meant) or a fresh sample — none for a greedy
 tier, which would answer the same. A sign (`repeated_call`: the agent's last calls again; `tool_spray`)
 only moves a call on: to a stronger tier, or from the greedy last tier to one sampled attempt on the
-repeat tier (`escalation.repeat`), whose answer is delivered, a sign and all (a broken one: the greedy
-answer again); where neither can run, the answer is delivered with its sign. With no attempt left, an answer
+repeat tier (`escalation.repeat`) while the pipeline holds the greedy answer (`Held`). The sample's
+answer is delivered, a sign and all; should it fail (a mistake, an upstream error), the held answer
+is, with its sign. Where neither can run, the answer is delivered with its sign. With no attempt left, an answer
 with mistakes the policy escalates on never reaches the client: `ChecksFailed` (a retryable 502;
 `escalation.on_exhausted: deliver` hands it over instead), saying what the client has: nothing, or
 (a stream) the text already sent.
@@ -34,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tenacity import AsyncRetrying, AttemptManager
@@ -57,6 +59,17 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger("router.escalation")
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The greedy last tier's answer with a sign, kept while its sample runs: what the pipeline
+    delivers should the sample fail (`payload`: a whole `Reply`, or the `Gate` holding a stream's calls)."""
+
+    tier: str
+    signs: list[str]
+    message: Mapping[str, Any]
+    payload: Any
 
 
 class Attempts:
@@ -100,7 +113,10 @@ class Attempts:
         self._repaired_on: set[str] = set()  # tiers that had their one repair
         self._fitting: str | None = None  # the next attempt's tier, after one whose context was too small
         self._too_small: set[str] = set()  # tiers whose context did not take the prompt
-        self._sign_from: str | None = None  # the chain's last tier, whose sign a sampled attempt tried to better
+        self._sign_from: str | None = None  # the chain's last tier, whose sign a sampled attempt tries to better
+        self.held: Held | None = None  # its answer, delivered should the sample fail
+        self._held_signs: list[str] = []  # that answer's signs
+        self.falls_back = False  # the sample failed: the held answer is delivered (`fall_back`)
         self.route_spec = next((r for r in policy.routes if r.name == decision.route), None)  # None: no route matched
         self.admitted: tuple[Any, ToolSet] | None = None  # the offered tools and the validator's reading of them
         self.started = asyncio.get_running_loop().time()
@@ -137,8 +153,10 @@ class Attempts:
         (or, after the last tier's sign, its sample)."""
         last = self.tried[-1] if self.tried else None
         body = self.call.body
-        if self._sign_from is not None and last is not None:
-            body = self._next_after_sign(last).body
+        if self._sign_from is not None and last == self._sign_from and self.resampling is not None:
+            self.call = resampled(self.seen.call, self.resampling.temperature)  # the sign's sample
+            self.tier, self._repair_tool, self._fitting = self.resampling.tier, None, None
+            body = self.call.body
         elif self._repair_tool is not None:
             body = {**body, "tool_choice": {"type": "function", "function": {"name": self._repair_tool}}}
             self._repair_tool = None
@@ -155,23 +173,36 @@ class Attempts:
             body = {**body, "logprobs": True}
         return self.tier, body
 
-    def _next_after_sign(self, last: str) -> Call:
-        """After the chain's last tier wrote a sign: its one sampled attempt on the repeat tier; after
-        that (broken), the greedy tier again, whose answer is then delivered with its sign."""
-        self._repair_tool = self._fitting = None
-        if last == self._sign_from and self.resampling is not None:
-            self.call, self.tier = resampled(self.seen.call, self.resampling.temperature), self.resampling.tier
-        else:
-            self.call, self.tier = self.seen.call, self._sign_from or self.tier
-        return self.call
+    def hold(self, tier: str, message: Mapping[str, Any], payload: Any) -> None:
+        """`tier`'s answer raised `Escalate`: kept if it is the answer whose sign is sampled next."""
+        if tier == self._sign_from and self.held is None:
+            self.held = Held(tier, self._held_signs, message, payload)
+
+    def sample_failed(self, tier: str, exc: UpstreamError) -> bool:
+        """The sign's sample met an upstream error: recorded, and the held answer is delivered (True);
+        False when this is no sample (the caller raises `failed(tier, exc)`)."""
+        if self.held is None:
+            return False
+        self.failed(tier, exc)
+        self.falls_back = True
+        return True
+
+    def fall_back(self) -> Held:
+        """The sample failed: the held answer, its tier and signs the call's again."""
+        held = self.held
+        if held is None:  # nothing held (both pipelines hold what they sample): no answer to give
+            raise self._checks_failed(self.tier)
+        self.tier, self.signs, self.held, self.falls_back = held.tier, held.signs, None, False
+        return held
 
     @property
     def escalated(self) -> bool:
         return any(t != self.decision.tier for t in self.tried)
 
     def verifiable(self, tier: str) -> bool:
-        """A route's verifier judges this tier's calls: a stronger tier is there to answer instead."""
-        return self._stronger(tier) != tier
+        """A route's verifier judges this tier's calls: a stronger tier is there to answer instead
+        (not a sign's sample: the held answer is there, and it is the last tier's)."""
+        return self._stronger(tier) != tier and self._sign_from is None
 
     def _stronger(self, tier: str) -> str:
         chain = self.policy.escalation.chain
@@ -246,9 +277,12 @@ class Attempts:
         escalating = set(kinds) & set(self.policy.escalation.on)
         if not escalating:
             return found
+        if self._sign_from is not None:  # the sign's sample: delivered, a sign and all; else the held answer
+            self.falls_back = not escalating <= STRONGER_ONLY
+            return found
         if escalating <= STRONGER_ONLY and not (self._may_retry() and self._moves_up(tier)):
             if self._samples_sign(tier):
-                self._sign_from = tier
+                self._sign_from, self._held_signs = tier, [k for k in kinds if k in STRONGER_ONLY]
                 raise Escalate(kinds)
             return found  # a sign for a stronger tier or a sample, where there is one; never a refusal
         if self._may_retry():
@@ -316,21 +350,19 @@ class Attempts:
     def _moves_up(self, tier: str) -> bool:
         """The next attempt after `tier`'s would go to a stronger tier that takes calls now."""
         stronger = self._stronger(tier)
-        resampled = self.repeat == "resampled" or self._sign_from is not None
-        return not resampled and stronger != tier and self.parts.breakers.closed(stronger)
+        return self.repeat != "resampled" and stronger != tier and self.parts.breakers.closed(stronger)
 
     def _samples_sign(self, tier: str) -> bool:
         """A sign of the chain's last tier, answering greedily, gets one sampled attempt on the repeat
-        tier (a greedy model that wrote its last call again writes it every turn after): not in a
-        resampled run, not once text was streamed, and only with an attempt left after it, for the
-        greedy answer again should the sample be broken."""
+        tier, another tier (a greedy model that wrote its last call again writes it every turn after):
+        not in a repeat's run, not once text was streamed, not on a hedged route, within the attempts."""
         sampling = self.resampling
         if sampling is None or sampling.greedy or self.repeat is not None or self._sign_from is not None:
             return False
         if self.streamed or self._stronger(tier) != tier or sampling.tier == tier or not self._same_answer_again(tier):
             return False
-        left = self.policy.escalation.max_attempts - len(self.tried)
-        return left >= 2 and self._may_retry() and self.parts.breakers.closed(sampling.tier)
+        hedged = self.route_spec is not None and self.route_spec.hedge is not None
+        return not hedged and self._may_retry() and self.parts.breakers.closed(sampling.tier)
 
     def _same_answer_again(self, tier: str) -> bool:
         """Asked again (the chain's last tier, no repair), greedy `tier` (temperature 0, its params' or
@@ -345,8 +377,6 @@ class Attempts:
         """The one offered tool the answer fumbled, if this tier may be repaired: once per tier, on
         a route that asks for it, or on the chain's last tier (where the next try is the same tier)."""
         route = self.route_spec
-        if self._sign_from is not None:  # after a sign's sample, the greedy answer again: no repair
-            return None
         if tier in self._repaired_on or not ((route and route.repair) or self._stronger(tier) == tier):
             return None
         tools = {m.tool for m in found if m.kind in REPAIRABLE and m.tool}
@@ -444,6 +474,7 @@ class Attempts:
         """Remember the tool calls the client got, to attribute errors it reports later; offer the
         answer to the route's shadow mode."""
         self.record.delivered(tier, message)
+        self.held = None  # a sign's sample answered, or the held answer is this one
         # the session's next turn starts with this answer: the other tiers read it in the background
         self.parts.warming.offer(self.policy, self.call.session, self.call.body, tier, message)
         if self.seen.key is not None:  # its shape was remembered: if the request was, it is forgotten

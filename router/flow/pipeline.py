@@ -25,7 +25,9 @@ the same way and counts its prompt with that tier's tokenizer (POST /v1/messages
 A failure after the call was routed carries its tier and route (`RouterError.attempts`) for its log line.
 
 Streams run the same loop through a `Gate` that holds tool-call deltas until they are checked, so
-a mistake found before anything was sent escalates invisibly.
+a mistake found before anything was sent escalates invisibly. An answer of the greedy last tier
+with a sign (`repeated_call`, `tool_spray`) is held — a whole reply, or its gate — while one sampled
+attempt tries to better it, and delivered should that sample fail (`Attempts.hold`, `fall_back`).
 
 An error of a routed call carries its attempts (`RouterError.attempts`): the transports tell the client
 its routing with the error (router/flow/summary.py) as with an answer.
@@ -255,10 +257,11 @@ def _native(attempts: Attempts, upstream: Upstream, body: dict[str, Any]) -> tup
 
 
 async def _reply(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIterator[Reply]:
-    """One whole answer from `tier`, judged."""
+    """One whole answer from `tier`, judged (a sign's sample that failed: the answer it was to better)."""
     upstream = attempts.parts.upstreams[tier]
     pass_through = _native(attempts, upstream, body)
     attempts.sent(tier, pass_through is not None)
+    reply: Reply | None = None
     try:
         session = attempts.call.session
         if pass_through:
@@ -266,10 +269,26 @@ async def _reply(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIt
         else:
             reply = await upstream.complete(body, attempts.deadline, session=session)
     except UpstreamError as exc:
-        raise attempts.failed(tier, exc)  # noqa: B904 (Escalate's cause is `exc`; `exc` goes as it is)
+        if not attempts.sample_failed(tier, exc):
+            raise attempts.failed(tier, exc)  # noqa: B904 (Escalate's cause is `exc`; `exc` goes as it is)
     except BaseException:
         attempts.released(tier)
         raise
+    if reply is not None:
+        choice = _judged(attempts, tier, reply)
+    if reply is None or attempts.falls_back:
+        held = attempts.fall_back()
+        attempts.delivered(held.tier, held.message)
+        yield held.payload
+        return
+    await attempts.verify(tier, body, choice)
+    attempts.delivered(tier, choice.get("message") or {})
+    yield reply
+
+
+def _judged(attempts: Attempts, tier: str, reply: Reply) -> dict[str, Any]:
+    """`tier`'s whole answer, read (speed, prompt, loops), salvaged and judged: its choice. Kept
+    (`Attempts.hold`) when its sign is sampled next."""
     if reply.speed is not None:
         attempts.sped(tier, reply.speed)
     attempts.answered(tier, reply.prompt)  # a whole answer: the tier's breaker starts counting again
@@ -279,10 +298,12 @@ async def _reply(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIt
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
-    attempts.judge(tier, message, choice.get("finish_reason"))
-    await attempts.verify(tier, body, choice)
-    attempts.delivered(tier, message)
-    yield reply
+    try:
+        attempts.judge(tier, message, choice.get("finish_reason"))
+    except Escalate:
+        attempts.hold(tier, message, reply)
+        raise
+    return choice
 
 
 async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIterator[Chunk]:
@@ -327,17 +348,29 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
     except BaseException:  # neither an answer nor a failure of the tier's (the client left, a hedge lost)
         attempts.released(tier)
         raise
-    if failure is not None:
+    answered = failure is None
+    if failure is not None and not attempts.sample_failed(tier, failure):
         try:
             raise attempts.failed(tier, failure)
         finally:
             del failure  # this frame is in the traceback: holding the exception would make a cycle
-    attempts.answered(tier, prompt)  # a whole answer: the tier's breaker starts counting again
-    salvage_stream(attempts, tier, gate)
-    message = gate.message()
-    attempts.judge(tier, message, gate.finish_reason)
-    await attempts.verify(tier, body, {"message": message, "finish_reason": gate.finish_reason})
-    attempts.delivered(tier, message)
+    failure = None  # (a sign's sample that failed: nor kept here)
+    if answered:
+        attempts.answered(tier, prompt)  # a whole answer: the tier's breaker starts counting again
+        salvage_stream(attempts, tier, gate)
+        message = gate.message()
+        try:
+            attempts.judge(tier, message, gate.finish_reason)
+        except Escalate:
+            attempts.hold(tier, message, gate)  # kept if its sign is sampled next
+            raise
+    if not answered or attempts.falls_back:  # a sign's sample failed: the answer it was to better
+        held = attempts.fall_back()
+        attempts.delivered(held.tier, held.message)
+        gate = held.payload
+    else:
+        await attempts.verify(tier, body, {"message": message, "finish_reason": gate.finish_reason})
+        attempts.delivered(tier, message)
     # the answer passed: nothing but the stream's end follows, which the transport writes with these
     for ready in _one_write(gate.release(), last_more=True):
         yield ready

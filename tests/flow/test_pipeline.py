@@ -281,11 +281,26 @@ def sampling(repeat: str = "{tier: full-resample}", max_attempts: int = 3) -> st
     return text.replace("store:", variant + "    params: {temperature: 0.7}\nstore:")
 
 
-def sampled_tiers(*answers: dict[str, Any]) -> dict[str, Scripted]:
-    """fast unused; full writes the agent's last call again, and again if asked; full-resample `answers`."""
+def sampled_tiers(*answers: dict[str, Any] | Exception, fast: list[Any] | None = None) -> dict[str, Scripted]:
+    """fast unused (or `fast`); full writes the agent's last call again; full-resample `answers`."""
     again = call("send_message", SENT, "call_7")
-    return {"fast": Scripted("fast", []), "full": Scripted("full", [again, again]),
+    return {"fast": Scripted("fast", fast or []), "full": Scripted("full", [again]),
             "full-resample": Scripted("full-resample", list(answers))}  # fmt: skip
+
+
+async def sampled_run(policy: str, tmp_path: Path, tiers: dict[str, Scripted], stream: bool) -> tuple[Any, str]:
+    """The agent's next request after sending its message: (attempts, the arguments of the call it got)."""
+    asked = after_a_turn(call("send_message", SENT))
+    async with started(policy, tmp_path, **tiers) as runtime:
+        if stream:
+            streamed = chat_call(orjson.dumps({**asked.body, "stream": True}), {})
+            attempts, chunks = await pipeline.stream(runtime, streamed)
+            sent = [c.data async for c in chunks]
+            made = [tc for c in sent if c.get("choices") for tc in c["choices"][0]["delta"].get("tool_calls") or ()]
+            assert len({c["id"] for c in sent}) == 1
+            return attempts, "".join(tc["function"].get("arguments") or "" for tc in made)
+        attempts, reply = await pipeline.complete(runtime, asked)
+        return attempts, reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
 
 
 async def test_the_greedy_last_tiers_repeat_gets_one_sampled_attempt(tmp_path: Path) -> None:
@@ -307,40 +322,54 @@ async def test_the_greedy_last_tiers_repeat_gets_one_sampled_attempt(tmp_path: P
 async def test_a_sampled_repeat_is_delivered(tmp_path: Path, stream: bool) -> None:
     """Sampled, the model polls again: a sign is never refused, and no third attempt is made."""
     tiers = sampled_tiers(call("send_message", SENT, "call_8"))
-    asked = after_a_turn(call("send_message", SENT))
-    async with started(sampling(), tmp_path, **tiers) as runtime:
-        if stream:
-            streamed = chat_call(orjson.dumps({**asked.body, "stream": True}), {})
-            attempts, chunks = await pipeline.stream(runtime, streamed)
-            sent = [c.data async for c in chunks]
-            made = [tc for c in sent if c.get("choices") for tc in c["choices"][0]["delta"].get("tool_calls") or ()]
-            assert [tc["function"]["arguments"] for tc in made if tc["function"].get("arguments")] == [SENT]
-        else:
-            attempts, reply = await pipeline.complete(runtime, asked)
-            assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == SENT
+    attempts, arguments = await sampled_run(sampling(), tmp_path, tiers, stream)
+    assert arguments == SENT and attempts.tier == "full-resample"
     assert attempts.tried == ["full", "full-resample"] and attempts.mistakes == ["repeated_call", "repeated_call"]
     assert not attempts.exhausted and len(tiers["full"].bodies) == 1 and attempts.signs == ["repeated_call"]
 
 
-async def test_a_broken_sample_gives_the_greedy_answer_again(tmp_path: Path) -> None:
-    """The sample's own mistake is not repaired: the greedy tier answers again, delivered with its sign."""
-    tiers = sampled_tiers(call("send_message", '{"to": "@maria", "text": '))  # cut off: invalid_json
-    async with started(sampling(), tmp_path, **tiers) as runtime:
+BROKEN = call("send_message", '{"to": "@maria", "text": ')  # cut off: invalid_json
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(
+    "sample", [BROKEN, UpstreamError("reset by peer", tier="full-resample")], ids=["broken", "upstream-error"]
+)
+async def test_a_failed_sample_delivers_the_held_answer(
+    tmp_path: Path, stream: bool, sample: dict[str, Any] | Exception
+) -> None:
+    """The sample's mistake or error is not answered again: the greedy answer, held meanwhile, is
+    delivered with its sign, and never refused."""
+    tiers = sampled_tiers(sample)
+    attempts, arguments = await sampled_run(sampling(), tmp_path, tiers, stream)
+    assert arguments == SENT and attempts.tier == "full" and attempts.signs == ["repeated_call"]
+    assert attempts.tried == ["full", "full-resample"] and attempts.mistakes[0] == "repeated_call"
+    assert attempts.mistakes[1] == ("invalid_json" if isinstance(sample, dict) else "upstream_error")
+    assert not attempts.exhausted and not attempts.repaired and len(tiers["full"].bodies) == 1
+    assert router_headers(attempts)["x-router-signs"] == "repeated_call"
+
+
+async def test_an_escalated_calls_repeat_is_sampled_with_its_last_attempt(tmp_path: Path) -> None:
+    """fast's text call, then full's repeat (the sticky 1.5B's, after a repair): the third attempt samples it."""
+    routes = "routes:\n  - {name: tools, when: {tools: {present: true}}, use: fast}\n  - {name: default, use: full}\n"
+    policy = sampling().replace("routes:\n  - {name: default, use: full}\n", routes)
+    text_call = text('{"name": "send_message", "arguments": {"to": "@maria", "text": ')
+    tiers = sampled_tiers(text("Done: Maria has the total."), fast=[text_call])
+    async with started(policy, tmp_path, **tiers) as runtime:
         attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
-    assert attempts.tried == ["full", "full-resample", "full"]
-    assert attempts.mistakes == ["repeated_call", "invalid_json", "repeated_call"]
-    assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == SENT
-    assert not attempts.exhausted and not attempts.repaired and "temperature" not in tiers["full"].bodies[1]
+    assert attempts.tried == ["fast", "full", "full-resample"]
+    assert attempts.mistakes == ["text_tool_call", "repeated_call"]
+    assert reply.data["choices"][0]["message"]["content"] == "Done: Maria has the total."
 
 
 @pytest.mark.parametrize(
     "policy",
     [
-        sampling(max_attempts=2),  # no attempt would be left for the greedy answer again
+        sampling(max_attempts=1),  # no attempt left
         sampling(repeat="{tier: full}"),  # the repeat tier is the greedy tier itself
         sampling(repeat="null"),  # repeats are not resampled at all
     ],
-    ids=["one-attempt-left", "greedy-repeat-tier", "no-repeat"],
+    ids=["no-attempt-left", "greedy-repeat-tier", "no-repeat"],
 )
 async def test_no_sample_where_it_could_not_help(tmp_path: Path, policy: str) -> None:
     tiers = sampled_tiers(text("unused"))
