@@ -354,7 +354,7 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
             raise attempts.failed(tier, failure)
         finally:
             del failure  # this frame is in the traceback: holding the exception would make a cycle
-    failure = None  # (a sign's sample that failed: nor kept here)
+    failure = None  # a sign's sample's error, recorded and not raised: not kept by this frame either
     if answered:
         attempts.answered(tier, prompt)  # a whole answer: the tier's breaker starts counting again
         salvage_stream(attempts, tier, gate)
