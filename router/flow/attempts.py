@@ -3,12 +3,14 @@
 Its attempts run in tenacity's loop, retried while `Escalate` is raised, the first outside it
 (router/flow/retries.py). Every tier's answer is checked, the chain's last one's too. While an attempt
 is allowed (count and deadline) the next goes to a stronger tier or, on the chain's last tier, to the
-same tier: a repair (`tool_choice` pinned to the tool meant) or a fresh sample — none for a greedy
-tier, which would answer the same. A sign (`repeated_call`: the agent's last calls again; `tool_spray`)
-only moves a call on: to a stronger tier, or from the greedy last tier to one sampled attempt on the
-repeat tier (`escalation.repeat`) while the pipeline holds the greedy answer (`Held`). The sample's
-answer is delivered, a sign and all; should it fail (a mistake, an upstream error), the held answer
-is, with its sign. Where neither can run, the answer is delivered with its sign. With no attempt left, an answer
+same tier: a repair (`tool_choice` pinned to the tool meant) or a fresh sample. A greedy last tier
+would answer the same: its mistake goes on, sampled, to the repeat tier (`escalation.repeat`), where
+the call's later attempts stay — the run the agent's retry would get, without the round trip. A sign
+(`repeated_call`: the agent's last calls again; `tool_spray`) only moves a call on: to a stronger
+tier, or from the greedy last tier to one sampled attempt on the repeat tier while the pipeline holds
+the greedy answer (`Held`). The sample's answer is delivered, a sign and all; should it fail (a
+mistake, an upstream error), the held answer is, with its sign. Where neither can run, the answer
+is delivered with its sign. With no attempt left, an answer
 with mistakes the policy escalates on never reaches the client: `ChecksFailed` (a retryable 502;
 `escalation.on_exhausted: deliver` hands it over instead), saying what the client has: nothing, or
 (a stream) the text already sent.
@@ -114,6 +116,8 @@ class Attempts:
         self._fitting: str | None = None  # the next attempt's tier, after one whose context was too small
         self._too_small: set[str] = set()  # tiers whose context did not take the prompt
         self._sign_from: str | None = None  # the chain's last tier, whose sign a sampled attempt tries to better
+        self._sample_next = False  # the next attempt samples the greedy last tier's answer (a sign or a mistake)
+        self.sampled = False  # the call went on sampled, on the repeat tier, within this run (not a repeat's run)
         self.held: Held | None = None  # its answer, delivered should the sample fail
         self._held_signs: list[str] = []  # that answer's signs
         self.falls_back = False  # the sample failed: the held answer is delivered (`fall_back`)
@@ -150,19 +154,20 @@ class Attempts:
 
     def next_attempt(self) -> tuple[str, dict[str, Any]]:
         """The tier and body of the next attempt: routed tier, repair on the same tier, or stronger
-        (or, after the last tier's sign, its sample)."""
+        (or, after the greedy last tier's sign or mistake, the repeat tier, sampled)."""
         last = self.tried[-1] if self.tried else None
         body = self.call.body
-        if self._sign_from is not None and last == self._sign_from and self.resampling is not None:
-            self.call = resampled(self.seen.call, self.resampling.temperature)  # the sign's sample
+        if self._sample_next and self.resampling is not None:  # the greedy last tier's answer, sampled
+            self.call = resampled(self.seen.call, self.resampling.temperature)
             self.tier, self._repair_tool, self._fitting = self.resampling.tier, None, None
+            self._sample_next, self.sampled = False, True
             body = self.call.body
         elif self._repair_tool is not None:
             body = {**body, "tool_choice": {"type": "function", "function": {"name": self._repair_tool}}}
             self._repair_tool = None
         elif self._fitting is not None:
             self.tier, self._fitting = self._fitting, None
-        elif last is not None and self.repeat != "resampled":  # a resampled run stays on its tier
+        elif last is not None and self.repeat != "resampled" and not self.sampled:  # sampled, a call stays there
             self.tier = self._stronger(last)
         self.tier = self._past_open(self.tier)
         if last is not None and self.tier != last:
@@ -206,6 +211,8 @@ class Attempts:
 
     def _stronger(self, tier: str) -> str:
         chain = self.policy.escalation.chain
+        if self.sampled:
+            return tier  # the call went on sampled, on the repeat tier: it stays there
         if tier in chain:
             i = chain.index(tier)
             return chain[i + 1] if i + 1 < len(chain) else tier
@@ -281,8 +288,9 @@ class Attempts:
             self.falls_back = not escalating <= STRONGER_ONLY
             return found
         if escalating <= STRONGER_ONLY and not (self._may_retry() and self._moves_up(tier)):
-            if self._samples_sign(tier):
+            if self._samples(tier):  # held meanwhile, and delivered should the sample fail
                 self._sign_from, self._held_signs = tier, [k for k in kinds if k in STRONGER_ONLY]
+                self._sample_next = True
                 raise Escalate(kinds)
             return found  # a sign for a stronger tier or a sample, where there is one; never a refusal
         if self._may_retry():
@@ -291,6 +299,9 @@ class Attempts:
                 self._repaired_on.add(tier)
                 raise Escalate(kinds)
             if not self._same_answer_again(tier):
+                raise Escalate(kinds)
+            if self._samples(tier):  # asked again greedily it would fail the same way: sampled instead
+                self._sample_next = True
                 raise Escalate(kinds)
         self.exhausted = True
         if self.policy.escalation.on_exhausted == "deliver":
@@ -350,14 +361,18 @@ class Attempts:
     def _moves_up(self, tier: str) -> bool:
         """The next attempt after `tier`'s would go to a stronger tier that takes calls now."""
         stronger = self._stronger(tier)
-        return self.repeat != "resampled" and stronger != tier and self.parts.breakers.closed(stronger)
+        sampled = self.repeat == "resampled" or self.sampled
+        return not sampled and stronger != tier and self.parts.breakers.closed(stronger)
 
-    def _samples_sign(self, tier: str) -> bool:
-        """A sign of the chain's last tier, answering greedily, gets one sampled attempt on the repeat
-        tier, another tier (a greedy model that wrote its last call again writes it every turn after):
-        not in a repeat's run, not once text was streamed, not on a hedged route, within the attempts."""
+    def _samples(self, tier: str) -> bool:
+        """The chain's last tier, answering greedily, would answer the same again: its sign (a greedy
+        model that wrote its last call again writes it every turn after) or its mistake (an empty
+        answer, a call it cannot write) is asked again on the repeat tier, sampled, rather than
+        delivered or refused — within the call, where the agent's retry would run it so anyway (router/
+        core/repeats.py): not in a repeat's run, not once text was streamed, not on a hedged route,
+        within the attempts."""
         sampling = self.resampling
-        if sampling is None or sampling.greedy or self.repeat is not None or self._sign_from is not None:
+        if sampling is None or sampling.greedy or self.repeat is not None or self.sampled:
             return False
         if self.streamed or self._stronger(tier) != tier or sampling.tier == tier or not self._same_answer_again(tier):
             return False

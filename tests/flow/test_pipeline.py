@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from router.core.call import Call, chat_call
-from router.errors import UpstreamError
+from router.errors import ChecksFailed, UpstreamError
 from router.flow import pipeline
 from router.flow.summary import router_headers
 from router.upstream.base import Chunk
@@ -377,6 +377,74 @@ async def test_no_sample_where_it_could_not_help(tmp_path: Path, policy: str) ->
         attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
     assert attempts.tried == ["full"] and attempts.mistakes == ["repeated_call"] and not attempts.exhausted
     assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == SENT
+    assert not tiers["full-resample"].bodies
+
+
+# -- a mistake of the greedy last tier: sampled within the call, not a 502 for the agent to retry ---------------
+
+OMAR = '{"to": "@omar", "text": "Done."}'
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_the_greedy_last_tiers_mistake_is_sampled_within_the_call(tmp_path: Path, stream: bool) -> None:
+    """The sticky 1.5B's empty answer: asked again greedily it would be empty again, and the agent's
+    retry of a 502 would run sampled anyway — so the call goes on to the repeat tier at once."""
+    tiers = sampled_tiers(call("send_message", OMAR, "call_8"))
+    tiers["full"] = Scripted("full", [text("")])
+    attempts, arguments = await sampled_run(sampling(), tmp_path, tiers, stream)
+    assert arguments == OMAR and attempts.tried == ["full", "full-resample"] and attempts.sampled
+    assert attempts.mistakes == ["empty_response"] and not attempts.exhausted and attempts.signs == []
+    assert tiers["full-resample"].bodies[0]["temperature"] == 0.7
+    assert router_headers(attempts)["x-router-tier"] == "full-resample"
+
+
+async def test_a_sampled_call_stays_on_the_repeat_tier_and_its_failure_is_a_502_to_retry(tmp_path: Path) -> None:
+    """A failed sample is sampled again there (never back down the chain); with no attempt left the
+    call ends as it did without the sample: a retryable error, and the agent's retry runs resampled."""
+    tiers = sampled_tiers(text(""), text(""), call("send_message", OMAR, "call_8"))
+    tiers["full"] = Scripted("full", [text("")])
+    asked = after_a_turn(call("send_message", SENT))
+    async with started(sampling(), tmp_path, **tiers) as runtime:
+        with pytest.raises(ChecksFailed) as failed:
+            await pipeline.complete(runtime, asked)
+        assert failed.value.should_retry and "run again resampled" in failed.value.message
+        assert failed.value.attempts.tried == ["full", "full-resample", "full-resample"]
+        attempts, reply = await pipeline.complete(runtime, asked)
+    assert attempts.repeat == "resampled" and attempts.tried == ["full-resample"]
+    assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == OMAR
+    assert not tiers["fast"].bodies and len(tiers["full"].bodies) == 1
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        sampling(max_attempts=1),  # no attempt left
+        sampling(repeat="{tier: full}"),  # the repeat tier is the greedy tier itself
+        sampling(repeat="null"),  # repeats are not resampled at all
+    ],
+    ids=["no-attempt-left", "greedy-repeat-tier", "no-repeat"],
+)
+async def test_no_sample_of_a_mistake_where_it_could_not_help(tmp_path: Path, policy: str) -> None:
+    tiers = sampled_tiers(text("unused"))
+    tiers["full"] = Scripted("full", [text("")])
+    async with started(policy, tmp_path, **tiers) as runtime:
+        with pytest.raises(ChecksFailed) as failed:
+            await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
+    assert failed.value.attempts.tried == ["full"] and failed.value.attempts.exhausted
+    assert not tiers["full-resample"].bodies
+
+
+async def test_no_sample_of_a_mistake_once_text_was_streamed(tmp_path: Path) -> None:
+    """The client has the greedy answer's text: a sample would add another's after it."""
+    tiers = sampled_tiers(text("unused"))
+    announced = text("I will call send_message now.")  # missing_tool_call, its text streamed as it came
+    tiers["full"] = Scripted("full", [announced, announced])  # the second time repaired (the tool pinned)
+    asked = after_a_turn(call("send_message", SENT))
+    async with started(sampling(), tmp_path, **tiers) as runtime:
+        attempts, chunks = await pipeline.stream(runtime, chat_call(orjson.dumps({**asked.body, "stream": True}), {}))
+        with pytest.raises(ChecksFailed):
+            [c async for c in chunks]
+    assert attempts.tried == ["full", "full"] and attempts.repaired and attempts.streamed
     assert not tiers["full-resample"].bodies
 
 
