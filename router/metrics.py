@@ -67,6 +67,14 @@ class Metrics:
             ["route", "outcome"],
             registry=r,
         )
+        self.samples = Counter(  # router/flow/attempts.py
+            "router_samples",
+            "Calls that went on sampled on the repeat tier after the greedy last tier's sign or mistake, by "
+            "route, after (sign, mistake) and outcome: sampled, answered (the sample's answer delivered), "
+            "fell_back (a sign's sample failed: the greedy answer delivered)",
+            ["route", "after", "outcome"],
+            registry=r,
+        )
         self.limits = Counter(  # router/settings.py: the limits against slow, silent and hostile peers
             "router_limits_tripped",
             "Limits that tripped (header_timeout, header_too_large, body_timeout, connections_evicted, "

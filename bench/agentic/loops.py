@@ -13,7 +13,7 @@ tool" result instead, as a plain loop would.
 
 Every HTTP call the SDK makes goes through an httpx client whose event hooks write down the router's
 answer: status, the x-router-* headers (tier, route, escalated, mistakes, repaired, salvaged, looped,
-exhausted, signs, verified, repeat) and the usage in the body. Calls are not streamed, so the headers carry
+exhausted, signs, verified, repeat, sampled) and the usage in the body. Calls are not streamed, so the headers carry
 the final decision (a stream's would be in its `: router` trailer).
 """
 
@@ -53,6 +53,7 @@ class Call:
     signs: list[str] | None = None  # None: not told (a run before the router said it)
     verified: str | None = None
     repeat: str | None = None
+    sampled: str | None = None  # went on sampled after the greedy last tier's "sign" or "mistake"
     input_tokens: int = 0
     output_tokens: int = 0
 
@@ -75,6 +76,7 @@ class Call:
             signs=[s for s in (headers.get("x-router-signs") or "").split(",") if s],
             verified=headers.get("x-router-verified"),
             repeat=headers.get("x-router-repeat"),
+            sampled=headers.get("x-router-sampled"),
             input_tokens=int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0),
             output_tokens=int(usage.get("completion_tokens") or usage.get("output_tokens") or 0),
         )

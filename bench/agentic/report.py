@@ -85,6 +85,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "repaired_calls": sum(bool(c.get("repaired")) for r in records for c in r["calls"]),
         "salvaged_calls": sum(bool(c.get("salvaged")) for r in records for c in r["calls"]),
         "looped_calls": sum(bool(c.get("looped")) for r in records for c in r["calls"]),
+        "sampled_calls": sum(sampled(c) for r in records for c in r["calls"]),
         "sticky_calls": sum(r["sticky"] for r in records),
         "full_share": round(sum(r["on_full"] for r in records) / calls, 4) if calls else 0.0,
         "input_tokens_per_task": round(sum(r["tokens"]["input"] for r in records) / n) if n else 0,
@@ -94,6 +95,14 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "errors": dict(Counter((r["error"] or "").split(":")[0] for r in records if r["error"]).most_common()),
         "upstream": sorted({r["upstream"] for r in records}),
     }
+
+
+def sampled(call: dict[str, Any]) -> bool:
+    """The call went on sampled after the greedy last tier's sign or mistake (x-router-sampled); in
+    records from before the router said so, answered by the repeat tier in no repeat's run."""
+    if "sampled" in call:
+        return bool(call["sampled"])
+    return call.get("tier") == "full-resample" and not call.get("repeat") and call.get("status", 0) < 400
 
 
 def _order(names: set[str]) -> list[str]:
@@ -116,14 +125,15 @@ def _row(name: str, s: dict[str, Any], base: dict[str, Any] | None) -> str:
     recovered = f"{s['tool_errors_recovered']}/{s['tool_errors']}"
     return (f"| {name} | {s['tasks']} | {s['success_rate']:.1%} | {times} | {s['steps_per_task']:.1f} | "
             f"{_kinds(s['mistakes_caught'])} | {_kinds(s['mistakes_reached'])} | {recovered} | "
-            f"{s['escalated_calls']} | {s['repaired_calls']} / {s['salvaged_calls']} / {s.get('looped_calls', 0)} | "
+            f"{s['escalated_calls']} | {s['repaired_calls']} / {s['salvaged_calls']} / {s.get('looped_calls', 0)} / "
+            f"{s.get('sampled_calls', 0)} | "
             f"{s['sticky_calls']} | {s['full_share']:.1%} | {s['input_tokens_per_task']:,} / "
             f"{s['output_tokens_per_task']:,} | {s['p50_seconds']:.2f} | {s['p95_seconds']:.2f} |")  # fmt: skip
 
 
 HEAD = ("| configuration | tasks | success | x full only | steps / task | mistakes caught by the router | "
         "mistakes that reached the agent | tool errors recovered | escalated calls | "
-        "repaired / salvaged / looped calls | sticky calls | on full | "
+        "repaired / salvaged / looped / sampled calls | sticky calls | on full | "
         "tokens in / out per task | p50 s | p95 s |\n"
         "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
 
@@ -203,7 +213,10 @@ def markdown(runs: dict[tuple[str, str], list[dict[str, Any]]], summary: dict[st
         "sign the last tier wrote (`repeated_call`, `tool_spray`: delivered, not refused), error statuses, "
         "malformed calls the tools received, unknown tools the SDK refused, tool calls written as text in a "
         "final answer. Tool errors recovered: a tool said no (wrong path, ambiguous name, …) and a later "
-        "call worked. Wall time: per task, the whole loop.",
+        "call worked. Escalated calls: answered (or tried) on another tier than the routed one, a sample "
+        "included; sampled: went on sampled on `full-resample` after greedy full's sign or mistake "
+        "(`x-router-sampled`; in runs from before it, answered there in no repeat's run). "
+        "Wall time: per task, the whole loop.",
         "",
         "## Per configuration (all loops)",
         "",
@@ -299,6 +312,8 @@ def _call(c: dict[str, Any]) -> str:
     mistakes = Counter(c.get("mistakes") or [])
     found = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in mistakes.items())
     marks = [m for m in ("salvaged", "repaired", "looped") if c.get(m)]
+    if sampled(c):
+        marks.append(f"sampled after a {c.get('sampled') or 'sign or mistake'}")
     status = "" if c["status"] < 400 else f" HTTP {c['status']}"
     inside = "; ".join(x for x in (found, *marks) if x)
     return f"{c.get('tier') or '?'}/{c.get('route') or '?'}{status}" + (f" [{inside}]" if inside else "")

@@ -117,7 +117,7 @@ class Attempts:
         self._too_small: set[str] = set()  # tiers whose context did not take the prompt
         self._sign_from: str | None = None  # the chain's last tier, whose sign a sampled attempt tries to better
         self._sample_next = False  # the next attempt samples the greedy last tier's answer (a sign or a mistake)
-        self.sampled = False  # the call went on sampled, on the repeat tier, within this run (not a repeat's run)
+        self.sampled: str | None = None  # why the call went on sampled, on the repeat tier: "sign", "mistake"
         self.held: Held | None = None  # its answer, delivered should the sample fail
         self._held_signs: list[str] = []  # that answer's signs
         self.falls_back = False  # the sample failed: the held answer is delivered (`fall_back`)
@@ -160,14 +160,15 @@ class Attempts:
         if self._sample_next and self.resampling is not None:  # the greedy last tier's answer, sampled
             self.call = resampled(self.seen.call, self.resampling.temperature)
             self.tier, self._repair_tool, self._fitting = self.resampling.tier, None, None
-            self._sample_next, self.sampled = False, True
+            self._sample_next, self.sampled = False, "sign" if self._sign_from is not None else "mistake"
+            self.parts.metrics.samples.labels(self.route, self.sampled, "sampled").inc()
             body = self.call.body
         elif self._repair_tool is not None:
             body = {**body, "tool_choice": {"type": "function", "function": {"name": self._repair_tool}}}
             self._repair_tool = None
         elif self._fitting is not None:
             self.tier, self._fitting = self._fitting, None
-        elif last is not None and self.repeat != "resampled" and not self.sampled:  # sampled, a call stays there
+        elif last is not None and self.repeat != "resampled" and self.sampled is None:  # sampled, a call stays there
             self.tier = self._stronger(last)
         self.tier = self._past_open(self.tier)
         if last is not None and self.tier != last:
@@ -211,7 +212,7 @@ class Attempts:
 
     def _stronger(self, tier: str) -> str:
         chain = self.policy.escalation.chain
-        if self.sampled:
+        if self.sampled is not None:
             return tier  # the call went on sampled, on the repeat tier: it stays there
         if tier in chain:
             i = chain.index(tier)
@@ -361,7 +362,7 @@ class Attempts:
     def _moves_up(self, tier: str) -> bool:
         """The next attempt after `tier`'s would go to a stronger tier that takes calls now."""
         stronger = self._stronger(tier)
-        sampled = self.repeat == "resampled" or self.sampled
+        sampled = self.repeat == "resampled" or self.sampled is not None
         return not sampled and stronger != tier and self.parts.breakers.closed(stronger)
 
     def _samples(self, tier: str) -> bool:
@@ -372,7 +373,7 @@ class Attempts:
         core/repeats.py): not in a repeat's run, not once text was streamed, not on a hedged route,
         within the attempts."""
         sampling = self.resampling
-        if sampling is None or sampling.greedy or self.repeat is not None or self.sampled:
+        if sampling is None or sampling.greedy or self.repeat is not None or self.sampled is not None:
             return False
         if self.streamed or self._stronger(tier) != tier or sampling.tier == tier or not self._same_answer_again(tier):
             return False
@@ -492,6 +493,9 @@ class Attempts:
         self.held = None  # a sign's sample answered, or the held answer is this one
         # the session's next turn starts with this answer: the other tiers read it in the background
         self.parts.warming.offer(self.policy, self.call.session, self.call.body, tier, message)
+        if self.sampled is not None:  # the sample's answer, or (a sign's sample failed) the one it was to better
+            answered = self.resampling is not None and tier == self.resampling.tier
+            self.parts.metrics.samples.labels(self.route, self.sampled, "answered" if answered else "fell_back").inc()
         if self.seen.key is not None:  # its shape was remembered: if the request was, it is forgotten
             self.parts.repeats.answered(self.seen)
             if self.repeat == "resampled":

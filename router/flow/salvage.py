@@ -8,7 +8,9 @@ structured call(s) before it is judged: no extra model call, nothing escalated. 
 again word for word is made once (seen: the 0.5B writing one call 40 times until max_tokens). What fails salvage
 is judged as written (a `text_tool_call` mistake) and escalates as before. The calls are checked as
 one answer, so a sweep of the offered tools, each call valid, is not salvaged: it is judged as the
-text it is, a `tool_sweep`.
+text it is, a `tool_sweep`. A sign is no defect (router/mistakes.py): the agent's last call written
+again, or a spray, is salvaged and then judged as the call it is — the 1.5B writes its repeats as
+text, and judged as text each went through a repair that only made the same call again.
 
     salvaged_message(message, request, names, validator)   the rewritten message, or None
     salvage_reply(trace, tier, reply)                      a whole answer, in place (pipeline)
@@ -34,6 +36,7 @@ import orjson
 
 from router.core.text_calls import opens_like_call, written_call_objects
 from router.core.validate import Validator
+from router.mistakes import STRONGER_ONLY
 
 if TYPE_CHECKING:
     from router.core.streaming import Gate
@@ -125,9 +128,9 @@ def salvaged_message(
     if not any(ch.isalnum() for ch in rest):  # stray brackets or punctuation: no words for the client
         rest = ""
     out = {**message, "content": rest or None, "tool_calls": calls}
-    if validator.check(out, request, finish_reason="tool_calls"):
+    if any(m.kind not in STRONGER_ONLY for m in validator.check(out, request, finish_reason="tool_calls")):
         return None
-    return out
+    return out  # a sign (the agent's last call again, a spray) is no defect: judged as the call it is
 
 
 def _enabled(attempts: Attempts) -> bool:

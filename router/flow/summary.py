@@ -34,6 +34,7 @@ def router_headers(attempts: Attempts) -> dict[str, str]:
             else {}
         ),
         **({"x-router-repeat": attempts.repeat} if attempts.repeat else {}),
+        **({"x-router-sampled": attempts.sampled} if attempts.sampled else {}),
         **({"x-router-speed": speed_header(speed)} if (speed := attempts.speed) is not None else {}),
     }
 
@@ -63,6 +64,7 @@ def summary(attempts: Attempts) -> bytes:
             "lane": attempts.lane.name,
             "prompt_tokens": {"evaluated": attempts.prompt_evaluated, "reused": attempts.prompt_reused},
             **({"repeat": attempts.repeat} if attempts.repeat else {}),
+            **({"sampled": attempts.sampled} if attempts.sampled else {}),
             **({"speed": attempts.speed.served} if attempts.speed is not None else {}),
             **(
                 {"speed_fallback": attempts.speed.fallback}

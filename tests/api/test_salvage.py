@@ -229,3 +229,17 @@ def test_a_sweep_written_as_text_is_not_salvaged() -> None:
     assert salvaged_message({"role": "assistant", "content": SWEEP_TEXT}, request, names, Validator()) is None
     first = SWEEP_TEXT.split(",\n")[0]  # one of its calls alone salvages
     assert salvaged_message({"role": "assistant", "content": first}, request, names, Validator()) is not None
+
+
+def test_a_sign_written_as_text_is_salvaged() -> None:
+    """The agent's last call again, written as text (the sticky 1.5B's, turn after turn): the call it
+    is, judged afterwards as a `repeated_call` — not a `text_tool_call` to repair into the same call."""
+    made = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    turn = [{"role": "assistant", "content": None, "tool_calls": [made]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "sunny"}]  # fmt: skip
+    request = {"model": "auto", "messages": USER + turn, "tools": TOOLS}
+    message = {"role": "assistant", "content": CALL}
+    assert [m.kind for m in Validator().check(message, request)] == ["text_tool_call"]
+    fixed = salvaged_message(message, request, {"get_weather"}, Validator())
+    assert fixed is not None and fixed["tool_calls"][0]["function"]["arguments"] == '{"city":"Paris"}'
+    assert [m.kind for m in Validator().check(fixed, request, finish_reason="tool_calls")] == ["repeated_call"]

@@ -338,6 +338,21 @@ def test_the_report_shows_the_calls_of_each_task_lost_to_full_only() -> None:
     assert row in text and "| routed | t2 |" not in text
 
 
+def test_samples_are_counted_off_x_router_sampled_and_inferred_in_older_records() -> None:
+    from bench.agentic.report import build, markdown, sampled
+
+    told = {"status": 200, "tier": "full", "sampled": "sign"}  # a sign's sample that fell back
+    assert sampled(told) and not sampled({**told, "sampled": None})
+    assert sampled({"status": 200, "tier": "full-resample"})  # from before the header: answered there
+    assert not sampled({"status": 200, "tier": "full-resample", "repeat": "resampled"})  # the agent's retry
+    record = _record("routed", "t1", True, 4.0, ("full", "full-resample"))
+    record["calls"][0] |= {"sampled": "mistake", "tier": "full-resample"}
+    runs = {("routed", "anthropic"): [record]}
+    summary = build(runs)
+    assert summary["configs"]["routed"]["sampled_calls"] == 2
+    assert "| 0 / 0 / 0 / 2 |" in markdown(runs, summary)
+
+
 def test_the_halves_split_every_kind() -> None:
     from bench.agentic.tasks import HALVES, select
 

@@ -303,6 +303,15 @@ async def sampled_run(policy: str, tmp_path: Path, tiers: dict[str, Scripted], s
         return attempts, reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
 
 
+OUTCOMES = ("sampled", "answered", "fell_back")
+
+
+def samples(attempts: Any, after: str) -> list[float]:
+    """router_samples_total of the call's route: [sampled, answered, fell_back]."""
+    counter = attempts.parts.metrics.samples
+    return [counter.labels(attempts.route, after, outcome)._value.get() for outcome in OUTCOMES]
+
+
 async def test_the_greedy_last_tiers_repeat_gets_one_sampled_attempt(tmp_path: Path) -> None:
     """The sticky 1.5B's loop (create_issue 7 turns running): its repeat is sampled once before the
     agent sees it, on the repeat tier, without the client's seed."""
@@ -326,6 +335,7 @@ async def test_a_sampled_repeat_is_delivered(tmp_path: Path, stream: bool) -> No
     assert arguments == SENT and attempts.tier == "full-resample"
     assert attempts.tried == ["full", "full-resample"] and attempts.mistakes == ["repeated_call", "repeated_call"]
     assert not attempts.exhausted and len(tiers["full"].bodies) == 1 and attempts.signs == ["repeated_call"]
+    assert samples(attempts, "sign") == [1, 1, 0]
 
 
 BROKEN = call("send_message", '{"to": "@maria", "text": ')  # cut off: invalid_json
@@ -347,6 +357,7 @@ async def test_a_failed_sample_delivers_the_held_answer(
     assert attempts.mistakes[1] == ("invalid_json" if isinstance(sample, dict) else "upstream_error")
     assert not attempts.exhausted and not attempts.repaired and len(tiers["full"].bodies) == 1
     assert router_headers(attempts)["x-router-signs"] == "repeated_call"
+    assert samples(attempts, "sign") == [1, 0, 1]
 
 
 async def test_an_escalated_calls_repeat_is_sampled_with_its_last_attempt(tmp_path: Path) -> None:
@@ -359,6 +370,18 @@ async def test_an_escalated_calls_repeat_is_sampled_with_its_last_attempt(tmp_pa
         attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
     assert attempts.tried == ["fast", "full", "full-resample"]
     assert attempts.mistakes == ["text_tool_call", "repeated_call"]
+    assert reply.data["choices"][0]["message"]["content"] == "Done: Maria has the total."
+
+
+async def test_a_repeat_written_as_text_is_salvaged_and_sampled_at_once(tmp_path: Path) -> None:
+    """The sticky 1.5B writes its repeat as text, turn after turn: salvaged, it is the sign it is, and
+    its sample comes next — no repair that pins the tool only to make the same call again."""
+    tiers = sampled_tiers(text("Done: Maria has the total."))
+    tiers["full"] = Scripted("full", [text('{"name": "send_message", "arguments": ' + SENT + "}")])
+    async with started(sampling(), tmp_path, **tiers) as runtime:
+        attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
+    assert attempts.tried == ["full", "full-resample"] and attempts.mistakes == ["repeated_call"]
+    assert attempts.salvaged and not attempts.repaired and attempts.sampled == "sign"
     assert reply.data["choices"][0]["message"]["content"] == "Done: Maria has the total."
 
 
@@ -392,10 +415,12 @@ async def test_the_greedy_last_tiers_mistake_is_sampled_within_the_call(tmp_path
     tiers = sampled_tiers(call("send_message", OMAR, "call_8"))
     tiers["full"] = Scripted("full", [text("")])
     attempts, arguments = await sampled_run(sampling(), tmp_path, tiers, stream)
-    assert arguments == OMAR and attempts.tried == ["full", "full-resample"] and attempts.sampled
+    assert arguments == OMAR and attempts.tried == ["full", "full-resample"] and attempts.sampled == "mistake"
     assert attempts.mistakes == ["empty_response"] and not attempts.exhausted and attempts.signs == []
     assert tiers["full-resample"].bodies[0]["temperature"] == 0.7
-    assert router_headers(attempts)["x-router-tier"] == "full-resample"
+    headers = router_headers(attempts)
+    assert headers["x-router-tier"] == "full-resample" and headers["x-router-sampled"] == "mistake"
+    assert samples(attempts, "mistake") == [1, 1, 0]
 
 
 async def test_a_sampled_call_stays_on_the_repeat_tier_and_its_failure_is_a_502_to_retry(tmp_path: Path) -> None:
@@ -409,6 +434,7 @@ async def test_a_sampled_call_stays_on_the_repeat_tier_and_its_failure_is_a_502_
             await pipeline.complete(runtime, asked)
         assert failed.value.should_retry and "run again resampled" in failed.value.message
         assert failed.value.attempts.tried == ["full", "full-resample", "full-resample"]
+        assert samples(failed.value.attempts, "mistake") == [1, 0, 0]  # sampled, and no answer delivered
         attempts, reply = await pipeline.complete(runtime, asked)
     assert attempts.repeat == "resampled" and attempts.tried == ["full-resample"]
     assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == OMAR
