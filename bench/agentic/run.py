@@ -68,6 +68,8 @@ CONFIGS: dict[str, Config] = {
                "routed + adaptive routes (a tool fumbled over 25% of the time on fast goes to full)"),
         Config("routed-learned", POLICIES / "routed-learned.yaml",
                "routed + the route learned from the train half: a task's opening turn on full"),
+        Config("routed-hedged", POLICIES / "routed-hedged.yaml",
+               "routed + a hedge: full raced on every fast call after 0.1 s, the first valid answer kept"),
     )
 }  # fmt: skip
 

@@ -369,9 +369,9 @@ class Attempts:
         """The chain's last tier, answering greedily, would answer the same again: its sign (a greedy
         model that wrote its last call again writes it every turn after) or its mistake (an empty
         answer, a call it cannot write) is asked again on the repeat tier, sampled, rather than
-        delivered or refused — within the call, where the agent's retry would run it so anyway (router/
-        core/repeats.py): not in a repeat's run, not once text was streamed, not on a hedged route,
-        within the attempts."""
+        delivered or refused — within the call, as the agent's retry would be run anyway
+        (router/core/repeats.py): not in a repeat's run, not once text was streamed, not on a
+        hedged route, within the attempts."""
         sampling = self.resampling
         if sampling is None or sampling.greedy or self.repeat is not None or self.sampled is not None:
             return False

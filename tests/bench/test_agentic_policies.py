@@ -59,6 +59,7 @@ def test_single_tier_configurations(tier: str) -> None:
             "adaptive",
             {"window": 1800.0, "max_mistake_rate": 0.25, "min_samples": 10, "probe_every": 5},
         ),
+        ("routed-hedged", "hedge", {"after": 0.1}),
     ],
 )
 def test_routed_variants_add_one_key_to_the_tool_route(config: str, key: str, value: dict[str, Any]) -> None:
