@@ -312,6 +312,14 @@ def samples(attempts: Any, after: str) -> list[float]:
     return [counter.labels(attempts.route, after, outcome)._value.get() for outcome in OUTCOMES]
 
 
+# where a sample could not help: no attempt left, the repeat tier is the greedy tier itself, repeats not resampled
+NO_SAMPLE = pytest.mark.parametrize(
+    "policy",
+    [sampling(max_attempts=1), sampling(repeat="{tier: full}"), sampling(repeat="null")],
+    ids=["no-attempt-left", "greedy-repeat-tier", "no-repeat"],
+)
+
+
 async def test_the_greedy_last_tiers_repeat_gets_one_sampled_attempt(tmp_path: Path) -> None:
     """The sticky 1.5B's loop (create_issue 7 turns running): its repeat is sampled once before the
     agent sees it, on the repeat tier, without the client's seed."""
@@ -385,15 +393,7 @@ async def test_a_repeat_written_as_text_is_salvaged_and_sampled_at_once(tmp_path
     assert reply.data["choices"][0]["message"]["content"] == "Done: Maria has the total."
 
 
-@pytest.mark.parametrize(
-    "policy",
-    [
-        sampling(max_attempts=1),  # no attempt left
-        sampling(repeat="{tier: full}"),  # the repeat tier is the greedy tier itself
-        sampling(repeat="null"),  # repeats are not resampled at all
-    ],
-    ids=["no-attempt-left", "greedy-repeat-tier", "no-repeat"],
-)
+@NO_SAMPLE
 async def test_no_sample_where_it_could_not_help(tmp_path: Path, policy: str) -> None:
     tiers = sampled_tiers(text("unused"))
     async with started(policy, tmp_path, **tiers) as runtime:
@@ -441,15 +441,7 @@ async def test_a_sampled_call_stays_on_the_repeat_tier_and_its_failure_is_a_502_
     assert not tiers["fast"].bodies and len(tiers["full"].bodies) == 1
 
 
-@pytest.mark.parametrize(
-    "policy",
-    [
-        sampling(max_attempts=1),  # no attempt left
-        sampling(repeat="{tier: full}"),  # the repeat tier is the greedy tier itself
-        sampling(repeat="null"),  # repeats are not resampled at all
-    ],
-    ids=["no-attempt-left", "greedy-repeat-tier", "no-repeat"],
-)
+@NO_SAMPLE
 async def test_no_sample_of_a_mistake_where_it_could_not_help(tmp_path: Path, policy: str) -> None:
     tiers = sampled_tiers(text("unused"))
     tiers["full"] = Scripted("full", [text("")])
