@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from bench.agentic.loops import LOOPS
-from bench.agentic.run import CONFIGS
+from bench.agentic.run import CONFIGS, SAMPLED_TIER
 from bench.agentic.tasks import BY_ID, KINDS
 
 # issue 26, point 4: routed task success ≥ 0.95x full only's, at ≤ 0.6x its median wall time per task
@@ -102,7 +102,7 @@ def sampled(call: dict[str, Any]) -> bool:
     records from before the router said so, answered by the repeat tier in no repeat's run."""
     if "sampled" in call:
         return bool(call["sampled"])
-    return call.get("tier") == "full-resample" and not call.get("repeat") and call.get("status", 0) < 400
+    return call.get("tier") == SAMPLED_TIER and not call.get("repeat") and call.get("status", 0) < 400
 
 
 def _order(names: set[str]) -> list[str]:

@@ -45,7 +45,8 @@ POLICIES = Path(__file__).with_name("policies")
 MAX_STEPS = 12  # model calls per task, every loop
 TASK_TIMEOUT = 1800.0  # seconds per task (a cold 1.5B prefill of a long file on CPU takes minutes)
 INFRA_LIMIT = 3  # tasks in a row that could not reach the router: the run stops
-FULL_MODEL = ("full", "full-resample")  # the tiers of the 1.5B: full, and its sampled variant repeats run on
+SAMPLED_TIER = "full-resample"  # full's sampled variant (policies/local.yaml): repeats and samples run there
+FULL_MODEL = ("full", SAMPLED_TIER)  # the tiers of the 1.5B
 
 
 @dataclass(frozen=True)
