@@ -207,8 +207,8 @@ class Attempts:
 
     def verifiable(self, tier: str) -> bool:
         """A route's verifier judges this tier's calls: a stronger tier is there to answer instead
-        (not a sign's sample: the held answer is there, and it is the last tier's)."""
-        return self._stronger(tier) != tier and self._sign_from is None
+        (not a sample's: a sampled call stays on its tier, `_stronger`)."""
+        return self._stronger(tier) != tier
 
     def _stronger(self, tier: str) -> str:
         chain = self.policy.escalation.chain
