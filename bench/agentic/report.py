@@ -1,8 +1,9 @@
 """The report of bench.agentic: from OUT/*/*.jsonl, per configuration (and per loop) task success,
 steps, mistakes the router caught and those that reached the agent (by kind), tool errors recovered
 from, escalations, sticky turns, the share of calls answered on full, tokens and wall time per task
-(p50/p95); success per task kind and level; which configurations failed each task; a plot of
-success against median wall time (one point per configuration); and summary.json.
+(p50/p95); success per task kind and level; which configurations failed each task; what one call
+costs on each tier (the floor of routed's time); a plot of success against median wall time (one point
+per configuration); and summary.json.
 
     write(out) → out/report.md, out/summary.json, out/success-vs-time.png
 """
@@ -24,6 +25,7 @@ from bench.agentic.tasks import BY_ID, KINDS
 # issue 26, point 4: routed task success ≥ 0.95x full only's, at ≤ 0.6x its median wall time per task
 GOAL_SUCCESS, GOAL_TIME = 0.95, 0.6
 BASE = "full-only"  # what every configuration is compared with
+FAST = "fast-only"  # whose opening calls, beside full-only's, say what a call costs on each tier
 FAKE_NOTE = (
     "**Harness check on the fake upstream** (`agent-router fake-upstream`): its tool calls are random picks "
     "with schema-valid made-up arguments and its answers random words, so no task can be expected to succeed. "
@@ -155,7 +157,34 @@ def build(runs: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, Any]:
     upstreams = sorted({u for e in summary["configs"].values() for u in e["upstream"]})
     summary["upstream"] = upstreams
     summary["goal"] = _goal(summary["configs"], upstreams)
+    if cost := tier_cost(runs):
+        summary["tier_cost"] = cost
     return summary
+
+
+def tier_cost(runs: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """What one call costs on fast against full: fast-only's and full-only's opening calls of the same
+    task and loop (the same prompt on both servers; one attempt, the model as is). Their median
+    ratio r is a floor for routing: with every call on fast and as many calls as full only makes, a
+    task takes about r of full only's time, and the time goal leaves full at most
+    (GOAL_TIME - r) / (1 - r) of the calls, each escalated call costing a fast call besides."""
+    opening = {(c, r["task"], loop): r["calls"][0] for (c, loop), rs in runs.items() for r in rs if r["calls"]}
+    pairs = [
+        (call["seconds"], full["seconds"])
+        for (c, task, loop), call in opening.items()
+        if c == FAST and (full := opening.get((BASE, task, loop))) and call["status"] < 400 and full["status"] < 400
+        and call.get("seconds") and full.get("seconds")
+    ]  # fmt: skip
+    if not pairs:
+        return None
+    ratio = percentile([f / g for f, g in pairs], 0.5)
+    return {
+        "pairs": len(pairs),
+        "fast_p50_seconds": round(percentile([f for f, _ in pairs], 0.5), 3),
+        "full_p50_seconds": round(percentile([g for _, g in pairs], 0.5), 3),
+        "ratio_p50": round(ratio, 3),
+        "full_share_allowed": round(max(0.0, (GOAL_TIME - ratio) / (1 - ratio)), 3) if ratio < 1 else 0.0,
+    }
 
 
 def paired(runs: dict[tuple[str, str], list[dict[str, Any]]], config: str, base: str) -> dict[str, Any]:
@@ -240,6 +269,7 @@ def markdown(runs: dict[tuple[str, str], list[dict[str, Any]]], summary: dict[st
     else:
         said = f"not measured ({goal['why_not']})"
     lines += ["", "## The goal (issue 26, point 4)", "", f"{goal['what']}: {said}.", ""]
+    lines += _cost(summary.get("tier_cost"))
     lines += _by_kind(runs, configs)
     lines += _by_task(runs, configs)
     lines += _lost(runs, configs)
@@ -267,6 +297,19 @@ def _versus(summary: dict[str, Any]) -> list[str]:
         out.append(f"| {c} | {v['tasks']} | {v['success_rate']:.1%} | {v['base_success_rate']:.1%} | {ratio} | "
                    f"{v['p50_seconds']:.1f} | {v['base_p50_seconds']:.1f} | {time_ratio} |")  # fmt: skip
     return out
+
+
+def _cost(cost: dict[str, Any] | None) -> list[str]:
+    if not cost:
+        return []
+    return ["## What a call costs on each tier", "",
+            f"The opening call of a task (the same prompt on both servers), {FAST} against {BASE}, "
+            f"{cost['pairs']} pairs: fast {cost['fast_p50_seconds']:.1f} s, full {cost['full_p50_seconds']:.1f} s "
+            f"at the median, fast taking x{cost['ratio_p50']:.2f} full's time (median of the pairs' ratios). So "
+            f"with every call on fast and as many calls as full only makes, a task would take about "
+            f"x{cost['ratio_p50']:.2f} full only's time, and a median of at most x{GOAL_TIME} leaves at most "
+            f"{cost['full_share_allowed']:.0%} of the calls to full — fewer where a call is escalated, since that "
+            "costs a fast call besides.", ""]  # fmt: skip
 
 
 def _by_kind(runs: dict[tuple[str, str], list[dict[str, Any]]], configs: list[str]) -> list[str]:

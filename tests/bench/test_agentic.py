@@ -353,6 +353,29 @@ def test_samples_are_counted_off_x_router_sampled_and_inferred_in_older_records(
     assert "| 0 / 0 / 0 / 2 |" in markdown(runs, summary)
 
 
+def test_what_a_call_costs_on_each_tier_is_read_off_the_opening_calls_of_the_same_tasks() -> None:
+    from bench.agentic.report import build, markdown
+
+    def opening(config: str, task: str, tier: str, seconds: float, status: int = 200) -> dict[str, Any]:
+        record = _record(config, task, False, 60.0, (tier, tier))
+        record["calls"][0] |= {"seconds": seconds, "status": status}
+        record["calls"][1] |= {"seconds": 50.0}  # later calls are not the same prompt on both tiers
+        return record
+
+    full = [opening("full-only", f"t{i}", "full", 10.0) for i in range(4)]
+    fast = [opening("fast-only", "t0", "fast", 4.0), opening("fast-only", "t1", "fast", 5.0),
+            opening("fast-only", "t2", "fast", 6.0, status=502), opening("fast-only", "t9", "fast", 1.0)]  # fmt: skip
+    routed = [opening("routed", "t3", "fast", 1.0)]  # not the model as is: not a measure of the tier
+    runs = {("full-only", "anthropic"): full, ("fast-only", "anthropic"): fast, ("routed", "anthropic"): routed}
+    summary = build(runs)
+    cost = summary["tier_cost"]
+    assert cost == {"pairs": 2, "fast_p50_seconds": 4.0, "full_p50_seconds": 10.0, "ratio_p50": 0.4,
+                    "full_share_allowed": round(0.2 / 0.6, 3)}  # fmt: skip
+    text = markdown(runs, summary)
+    assert "fast taking x0.40 full's time" in text and "leaves at most 33% of the calls to full" in text
+    assert "tier_cost" not in build({("full-only", "anthropic"): full, ("routed", "anthropic"): routed})
+
+
 def test_the_halves_split_every_kind() -> None:
     from bench.agentic.tasks import HALVES, select
 
