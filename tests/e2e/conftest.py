@@ -1,8 +1,9 @@
-"""The end-to-end suite's servers: real llama.cpp Gemma 3 270M, nothing mocked (Gemma serves both
-tiers here, for speed; tests/e2e/test_full_tier.py adds the real full tier, Qwen2.5-Coder-1.5B).
+"""The end-to-end suite's servers: real llama.cpp (the default engine, as `up` runs it) serving
+`up`'s real fast model, Qwen2.5-Coder-0.5B-Instruct, nothing mocked (it serves both tiers here, for
+speed; tests/e2e/test_full_tier.py adds the real full tier, Qwen2.5-Coder-1.5B).
 
-    llama         session: the fast and full llama-cpp-python servers (router/commands/llama.py's
-                  LlamaServer), started once on free ports — loading the model takes seconds
+    llama         session: the fast and full llama.cpp servers (router/commands/llama.py's
+                  LlamaServer), one slot each, started once on free ports — loading takes seconds
     local_proxy   a real proxy (tests/conftest.py's `proxy_`) running policies/local.yaml against
                   them, with an in-memory store
     client        the official openai SDK pointed at that proxy
@@ -21,15 +22,15 @@ from pathlib import Path
 import openai
 import pytest
 
-from router.commands.local import ChildFailed, LlamaServer, model_path
+from router.commands.llama import ChildFailed, LlamaServer
+from router.commands.models import QWEN25_CODER_0_5B, ensure
 from tests.conftest import Proxy
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_POLICY = ROOT / "policies" / "local.yaml"
 READY_TIMEOUT = 120.0
 CALL_TIMEOUT = 90.0
-# Small contexts bound how long a runaway generation can hold a server (tool-call arguments under
-# tool_choice "auto" ignore max_tokens in llama-cpp-python 0.3.36); the tests' prompts are short.
+# Small contexts bound how long a runaway generation can hold a server; the tests' prompts are short.
 N_CTX = 2048
 
 
@@ -47,9 +48,12 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
-    model = model_path()
+    model = ensure(QWEN25_CODER_0_5B, show_progress=False)  # cached by scripts/install: no download here
     logs = tmp_path_factory.mktemp("llama-logs")
-    servers = [LlamaServer(name, model, _free_port(), logs / f"{name}.log", n_ctx=N_CTX) for name in ("fast", "full")]
+    servers = [
+        LlamaServer(name, model, _free_port(), logs / f"{name}.log", alias=QWEN25_CODER_0_5B.alias, n_ctx=N_CTX)
+        for name in ("fast", "full")
+    ]
     try:
         for server in servers:
             server.start()
@@ -69,29 +73,23 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
 
 @pytest.fixture
 async def local_proxy(llama: Llama, proxy_: Callable[..., Awaitable[Proxy]], monkeypatch: pytest.MonkeyPatch) -> Proxy:
-    """policies/local.yaml as shipped; only the ports (its ${FAST_PORT}/${FULL_PORT}), the store and
-    what `up --fast gemma-3-270m` sets differ: Gemma on llama-cpp-python, whose one context has no
-    slots to pin a session to nor room for a warm-up beside a live call."""
+    """policies/local.yaml as shipped; only the tiers' servers (its ${FAST_API_BASE}, ...) and the
+    store differ: one slot each here, so no session is pinned and nothing warmed."""
     for server in (llama.fast, llama.full):
         if server.returncode is not None:
             pytest.fail(f"llama.cpp {server.name} died:\n" + "\n".join(server.tail()))
-    gemma_tiers(monkeypatch, llama.fast.port, llama.full.port)
+    local_tiers(monkeypatch, llama.fast, llama.full)
     return await proxy_(LOCAL_POLICY.read_text(), store="memory://")
 
 
-def gemma_tiers(monkeypatch: pytest.MonkeyPatch, fast_port: int, full_port: int, full_slots: int = 0) -> None:
-    """policies/local.yaml's environment for a Gemma fast tier (as `up --fast gemma-3-270m` sets it) and
-    a full tier of `full_slots` slots (0: llama-cpp-python's one context), no warm-ups, loops cut on
-    llama-server only."""
-    monkeypatch.setenv("FAST_PORT", str(fast_port))
-    monkeypatch.setenv("FULL_PORT", str(full_port))
-    monkeypatch.setenv("FAST_MODEL", "gemma-3-270m")
-    monkeypatch.setenv("FAST_SLOTS", "0")
-    monkeypatch.setenv("FULL_SLOTS", str(full_slots))
-    for name in ("FAST_WARM", "FULL_WARM", "FAST_CUT_LOOPS"):
-        monkeypatch.setenv(name, "false")
-    # llama-cpp-python's server refuses a stream with tools: no answer is read as one there
-    monkeypatch.setenv("FULL_CUT_LOOPS", "true" if full_slots else "false")
+def local_tiers(monkeypatch: pytest.MonkeyPatch, fast: LlamaServer, full: LlamaServer, full_slots: int = 0) -> None:
+    """policies/local.yaml's environment for these servers, as `up` sets it: `full_slots` slots
+    pinned on full (0: none), none on fast, no warm-ups."""
+    for prefix, server, slots in (("FAST", fast, 0), ("FULL", full, full_slots)):
+        monkeypatch.setenv(f"{prefix}_MODEL", server.alias)
+        monkeypatch.setenv(f"{prefix}_API_BASE", server.url)
+        monkeypatch.setenv(f"{prefix}_SLOTS", str(slots))
+        monkeypatch.setenv(f"{prefix}_WARM", "false")
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Context windows against llama.cpp's own llama-server: two of them, Qwen2.5-Coder-0.5B with small
+"""Context windows against llama.cpp's server (the default engine): two of them, Qwen2.5-Coder-0.5B with small
 contexts (a fast tier of FAST_CTX tokens, a full tier of FULL_CTX), behind the real router.
 
 The windows the router reports are the servers' own; count_tokens counts as the tier counts the
@@ -16,7 +16,7 @@ import anthropic
 import openai
 import pytest
 
-from router.commands.llama import ChildFailed, CppServer, llama_server_binary
+from router.commands.llama import ChildFailed, LlamaServer
 from router.commands.models import QWEN25_CODER_0_5B, ensure
 from tests.conftest import policy_text
 from tests.e2e.conftest import CALL_TIMEOUT, READY_TIMEOUT
@@ -39,13 +39,11 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CppServer, CppServer]]:
-    if not llama_server_binary().is_file():
-        pytest.skip("llama-server is not built (scripts/build-llama-server)")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LlamaServer, LlamaServer]]:
     model = ensure(QWEN25_CODER_0_5B, show_progress=False)  # cached by scripts/install: no download here
     logs = tmp_path_factory.mktemp("context")
     pair = tuple(
-        CppServer(name, model, _free_port(), logs / f"{name}.log", alias=QWEN25_CODER_0_5B.alias, n_ctx=n_ctx)
+        LlamaServer(name, model, _free_port(), logs / f"{name}.log", alias=QWEN25_CODER_0_5B.alias, n_ctx=n_ctx)
         for name, n_ctx in (("fast", FAST_CTX), ("full", FULL_CTX))
     )
     try:
@@ -56,7 +54,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CppServe
     except (ChildFailed, TimeoutError) as exc:
         for server in pair:
             server.stop()
-        pytest.fail(f"llama-server did not start: {exc}\n" + "\n".join(line for s in pair for line in s.tail()))
+        pytest.fail(f"llama.cpp did not start: {exc}\n" + "\n".join(line for s in pair for line in s.tail()))
     try:
         yield pair[0], pair[1]
     finally:
@@ -65,7 +63,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CppServe
 
 
 @pytest.fixture
-async def proxy(servers: tuple[CppServer, CppServer], proxy_: Any) -> Any:
+async def proxy(servers: tuple[LlamaServer, LlamaServer], proxy_: Any) -> Any:
     fast, full = servers
     text = policy_text(fast.url, full.url, extra="escalation: {to: full}\n")
     text = text.replace("first_token: 5, total: 20", "first_token: 120, total: 300")  # a prefill on one thread

@@ -1,11 +1,10 @@
 """The full tier as `agent-router up` serves it: Qwen2.5-Coder-1.5B-Instruct, reassembled from its
 pinned PyPI wheels (router/commands/models.py), behind policies/local.yaml as shipped.
 
-The rest of the e2e suite runs Gemma 3 270M in both tiers for speed (a 1.5B answer takes seconds
-to minutes on a shared 2-core machine); these few checks are what is specific to the real full
-tier: a tool call with no system message, answered by full, arrives as a structured call; the
-one-prefill verifier's forced scoring on llama-server (the full tier's server once
-scripts/build-llama-server built it, as scripts/install does).
+The rest of the e2e suite runs Qwen2.5-Coder-0.5B in both tiers for speed (a 1.5B answer takes
+seconds to minutes on a shared 2-core machine); these few checks are what is specific to the real
+full tier: a tool call with no system message, answered by full, arrives as a structured call; the
+prompt the scorer writes is the one the server renders; the one-prefill verifier's forced scoring.
 """
 
 from __future__ import annotations
@@ -14,16 +13,17 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+import httpx
 import openai
 import orjson
 import pytest
 
-from router.commands.llama import ChildFailed, CppServer, LlamaServer, full_server
+from router.commands.llama import ChildFailed, LlamaServer
 from router.commands.models import QWEN25_CODER_1_5B, ensure
 from router.policy.model import Tier
 from router.upstream.openai_compat import OpenAICompatUpstream
 from tests.conftest import Proxy
-from tests.e2e.conftest import LOCAL_POLICY, N_CTX, READY_TIMEOUT, Llama, gemma_tiers
+from tests.e2e.conftest import LOCAL_POLICY, N_CTX, READY_TIMEOUT, Llama, local_tiers
 
 pytestmark = [pytest.mark.llama, pytest.mark.timeout(600)]
 
@@ -44,9 +44,10 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer | CppServer]:
+def qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     model = ensure(QWEN25_CODER_1_5B, show_progress=False)  # cached by scripts/install: no download here
-    server = full_server(model, _free_port(), tmp_path_factory.mktemp("qwen") / "full.log", n_ctx=N_CTX)
+    log = tmp_path_factory.mktemp("qwen") / "full.log"
+    server = LlamaServer("full", model, _free_port(), log, alias=QWEN25_CODER_1_5B.alias, n_ctx=N_CTX)
     try:
         server.start()
         server.wait_ready(READY_TIMEOUT)
@@ -62,11 +63,11 @@ def qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer | Cpp
 @pytest.fixture
 async def real_tiers(
     llama: Llama,
-    qwen: LlamaServer | CppServer,
+    qwen: LlamaServer,
     proxy_: Callable[..., Awaitable[Proxy]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[openai.AsyncOpenAI]:
-    gemma_tiers(monkeypatch, llama.fast.port, qwen.port, full_slots=getattr(qwen, "slots", 0))
+    local_tiers(monkeypatch, llama.fast, qwen)
     proxy = await proxy_(LOCAL_POLICY.read_text(), store="memory://")
     sdk = openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0, timeout=540.0)
     yield sdk
@@ -118,15 +119,11 @@ async def test_full_streams_a_tool_call_too(real_tiers: openai.AsyncOpenAI) -> N
     assert "paris" in str(orjson.loads(arguments).get("city", "")).lower()
 
 
-def test_the_scoring_prompt_is_what_the_models_template_renders() -> None:
-    """router/upstream/scoring.py writes Qwen's prompt itself: it must be the GGUF template's, byte for byte."""
-    from llama_cpp import Llama
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
+async def test_the_scoring_prompt_is_what_the_models_template_renders(qwen: LlamaServer) -> None:
+    """router/upstream/scoring.py writes Qwen's prompt itself: it must be the one the server renders
+    from the GGUF's template (POST /apply-template), byte for byte."""
     from router.upstream.scoring import chatml_prompt
 
-    vocab = Llama(str(ensure(QWEN25_CODER_1_5B, show_progress=False)), vocab_only=True, verbose=False)
-    template = Jinja2ChatFormatter(vocab.metadata["tokenizer.chat_template"], eos_token="<|im_end|>", bos_token="")
     tool = {**WEATHER, "function": {**WEATHER["function"], "description": "City's <weather> & more"}}
     call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
     conversations = [
@@ -138,14 +135,14 @@ def test_the_scoring_prompt_is_what_the_models_template_renders() -> None:
             {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
         ],
     ]
-    for messages in conversations:
-        assert chatml_prompt(messages, [tool]) == template(messages=messages, tools=[tool]).prompt
+    async with httpx.AsyncClient(base_url=qwen.url.removesuffix("/v1"), timeout=60) as http:
+        for messages in conversations:
+            rendered = await http.post("/apply-template", json={"messages": messages, "tools": [tool]})
+            assert chatml_prompt(messages, [tool]) == rendered.json()["prompt"]
 
 
-async def test_forced_scoring_ranks_the_right_call_above_a_wrong_one(qwen: LlamaServer | CppServer) -> None:
-    """`verify: {kind: score, via: forced}` against llama-server: the call's tokens under a grammar."""
-    if not isinstance(qwen, CppServer):
-        pytest.fail("the full tier is not on llama-server: scripts/install builds it (scripts/build-llama-server)")
+async def test_forced_scoring_ranks_the_right_call_above_a_wrong_one(qwen: LlamaServer) -> None:
+    """`verify: {kind: score, via: forced}` against llama.cpp's server: the call's tokens under a grammar."""
     tier = Tier(model="openai/qwen", api_base=qwen.url, warm_connections=0, tools_system="You are a helpful assistant.")
     upstream = OpenAICompatUpstream("full", tier)
     await upstream.start(warm=False)

@@ -1,4 +1,4 @@
-"""An agent session on real llama.cpp servers (llama-server, Qwen2.5-Coder-0.5B on both tiers, three
+"""An agent session on real llama.cpp servers (the default engine, Qwen2.5-Coder-0.5B on both tiers, three
 slots each) with sessions pinned to slots and kept warm, as policies/local.yaml has them: each turn
 evaluates only what it adds, on the tier that answered before and on a tier that never did (warmed
 in the background), and side calls do not evict the session's prompt. Counts are the servers' own
@@ -19,7 +19,7 @@ import openai
 import orjson
 import pytest
 
-from router.commands.llama import ChildFailed, CppServer, llama_server_binary
+from router.commands.llama import ChildFailed, LlamaServer
 from router.commands.models import QWEN25_CODER_0_5B, ensure
 from tests.conftest import Proxy
 from tests.e2e.conftest import READY_TIMEOUT
@@ -68,13 +68,11 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def qwen_tiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CppServer, CppServer]]:
-    if not llama_server_binary().is_file():
-        pytest.fail(f"no llama-server at {llama_server_binary()}: scripts/install builds it")
+def qwen_tiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LlamaServer, LlamaServer]]:
     model = ensure(QWEN25_CODER_0_5B, show_progress=False)  # cached by scripts/install
     logs = tmp_path_factory.mktemp("sessions")
     servers = tuple(
-        CppServer(
+        LlamaServer(
             name, model, _free_port(), logs / f"{name}.log", alias=QWEN25_CODER_0_5B.alias, n_ctx=8192, slots=SLOTS
         )
         for name in ("fast", "full")
@@ -87,7 +85,7 @@ def qwen_tiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CppSe
     except (ChildFailed, TimeoutError) as exc:
         for server in servers:
             server.stop()
-        pytest.fail(f"llama-server did not start: {exc}\n" + "\n".join(servers[0].tail()))
+        pytest.fail(f"llama.cpp did not start: {exc}\n" + "\n".join(servers[0].tail()))
     try:
         yield servers[0], servers[1]
     finally:
@@ -97,7 +95,7 @@ def qwen_tiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CppSe
 
 @pytest.fixture
 async def session_proxy(
-    qwen_tiers: tuple[CppServer, CppServer],
+    qwen_tiers: tuple[LlamaServer, LlamaServer],
     proxy_: Callable[..., Awaitable[Proxy]],
 ) -> AsyncIterator[tuple[Proxy, openai.AsyncOpenAI]]:
     fast, full = qwen_tiers
