@@ -1,22 +1,18 @@
 """The two-tier eval of bench/results/tiers.md: real llama.cpp servers, a real proxy per configuration,
 both case sets (evals/tool_calls.jsonl, the 110 own cases; evals/bfcl_cases.jsonl, BFCL-style).
 
-    python -m bench.tiers run LABEL... [--fast gemma|qwen05] [--server python|cpp] [--fast-server python|cpp]
-                                       [--stride N]
-    python -m bench.tiers score [--fast gemma|qwen05] [--fast-server python|cpp] [--stride N]
+    python -m bench.tiers run LABEL... [--server xllamacpp|source] [--fast-server xllamacpp|source] [--stride N]
+    python -m bench.tiers score [--fast-server xllamacpp|source] [--stride N]
     python -m bench.tiers compose FORMAT_LABEL FULL_LABEL SCORES.json THRESHOLD LABEL
     python -m bench.tiers table
 
 LABEL is a configuration of bench/policies/eval/ (fast-only, full-only, format, score, judge, agree).
-Each run starts its two llama.cpp servers on free loopback ports (fast: Gemma 3 270M or
-Qwen2.5-Coder-0.5B; full: Qwen2.5-Coder-1.5B), then per configuration `python -m router serve` with
-that policy, the cases through it (greedy, `--max-tokens 128`), then stops everything. The servers:
-
-    python   llama-cpp-python 0.3.36 (router/commands/llama.py's LlamaServer: chatml-function-calling for
-             Gemma, the GGUF's template for Qwen)
-    cpp      llama.cpp's own llama-server from the same sources (router/commands/llama.py's CppServer:
-             the binary scripts/build-llama-server caches, or $AGENT_ROUTER_LLAMA_SERVER), `--jinja`;
-             Gemma with router/commands/templates/gemma3-tools.jinja (Gemma 3's own template shows no tools)
+Each run starts its two llama.cpp servers on free loopback ports (fast: Qwen2.5-Coder-0.5B; full:
+Qwen2.5-Coder-1.5B) on an engine of router/commands/llama.py's ENGINES (`xllamacpp`, the prebuilt
+default; `source`, llama-server built by scripts/build-llama-server), `--jinja`, then per
+configuration `python -m router serve` with that policy, the cases through it (greedy,
+`--max-tokens 128`), then stops everything. The earlier runs in bench/results/tiers.md also had
+Gemma 3 270M on llama-cpp-python's server (`python`), both gone since.
 
 `compose` builds "routed + score" from recorded answers instead of running it (greedy decoding:
 the same request gets the same answer): the `format` run's answers, where its fast tier delivered a
@@ -45,7 +41,7 @@ from typing import Any
 import orjson
 
 from router.commands.eval import Result, Run, load_cases, markdown_table, run_cases, summarize
-from router.commands.llama import CHAT_FORMAT, GEMMA_TOOLS_TEMPLATE, Child, CppServer, LlamaServer, model_path
+from router.commands.llama import ENGINES, Child, LlamaServer
 from router.commands.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,19 +61,10 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def server(tier: str, model_name: str, kind: str, port: int, logs: Path) -> Child:
-    """One llama.cpp server, not started: model gemma, qwen05 (Qwen2.5-Coder-0.5B) or qwen15 (1.5B)."""
-    model, alias = {
-        "gemma": (model_path, "gemma-3-270m"),
-        "qwen05": (lambda: ensure(QWEN25_CODER_0_5B), QWEN25_CODER_0_5B.alias),
-        "qwen15": (lambda: ensure(QWEN25_CODER_1_5B), QWEN25_CODER_1_5B.alias),
-    }[model_name]
-    log = logs / f"{tier}.log"
-    if kind == "cpp":
-        template = GEMMA_TOOLS_TEMPLATE if model_name == "gemma" else None
-        return CppServer(tier, model(), port, log, alias=alias, template=template, n_ctx=N_CTX)
-    chat_format = CHAT_FORMAT if model_name == "gemma" else None
-    return LlamaServer(tier, model(), port, log, alias=alias, chat_format=chat_format, n_ctx=N_CTX)
+def server(tier: str, model_name: str, engine: str, port: int, logs: Path) -> Child:
+    """One llama.cpp server, not started: model qwen05 (Qwen2.5-Coder-0.5B) or qwen15 (1.5B)."""
+    packed = {"qwen05": QWEN25_CODER_0_5B, "qwen15": QWEN25_CODER_1_5B}[model_name]
+    return LlamaServer(tier, ensure(packed), port, logs / f"{tier}.log", alias=packed.alias, n_ctx=N_CTX, engine=engine)
 
 
 def port_of(child: Child) -> int:
@@ -143,12 +130,12 @@ def run(configs: list[str], fast_name: str, kind: str, fast_kind: str, stride: i
 
 
 def score(fast_name: str, fast_kind: str, stride: int) -> Path:
-    """bench/score_auroc.py with its servers: fast as given, full Qwen2.5-Coder-1.5B on llama-server (forced)."""
+    """bench/score_auroc.py with its servers: fast as given, full Qwen2.5-Coder-1.5B on the default engine (forced)."""
     from bench.score_auroc import run as score_run
 
     logs = OUT / "logs" / f"score-{fast_name}-{fast_kind}"
     fast = server("fast", fast_name, fast_kind, free_port(), logs)
-    full = server("full", "qwen15", "cpp", free_port(), logs)
+    full = server("full", "qwen15", ENGINES[0], free_port(), logs)
     out = OUT / f"score-{fast_name}-{fast_kind}.json"
     try:
         for child in (fast, full):
@@ -214,13 +201,13 @@ def main() -> None:
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("configs", nargs="+")
-    r.add_argument("--fast", choices=("gemma", "qwen05"), default="gemma")
-    r.add_argument("--server", choices=("python", "cpp"), default="python")
-    r.add_argument("--fast-server", choices=("python", "cpp"), help="the fast tier's (default: --server)")
+    r.add_argument("--fast", choices=("qwen05",), default="qwen05")
+    r.add_argument("--server", choices=ENGINES, default=ENGINES[0])
+    r.add_argument("--fast-server", choices=ENGINES, help="the fast tier's (default: --server)")
     r.add_argument("--stride", type=int, default=1)
     sc = sub.add_parser("score")
-    sc.add_argument("--fast", choices=("gemma", "qwen05"), default="gemma")
-    sc.add_argument("--fast-server", choices=("python", "cpp"), default="python")
+    sc.add_argument("--fast", choices=("qwen05",), default="qwen05")
+    sc.add_argument("--fast-server", choices=ENGINES, default=ENGINES[0])
     sc.add_argument("--stride", type=int, default=1)
     c = sub.add_parser("compose")
     c.add_argument("format_label")

@@ -136,7 +136,7 @@ def test_compose_file() -> None:
     services = compose["services"]
     router = services["router"]
     assert router["deploy"]["replicas"] >= 2 and "ports" not in router
-    published = [s for s in services.values() if s.get("ports")]
+    published = [s for s in services.values() if s.get("ports") and not s.get("profiles")]
     assert [services["lb"]] == published and len(services["lb"]["ports"]) == 1
     conf = (ROOT / "docker" / "nginx.conf").read_text()
     assert "http://router:8080" in conf and "proxy_buffering off" in conf
@@ -156,4 +156,32 @@ def test_compose_v1_accepts_the_file(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     resolved = yaml.safe_load(out.stdout)
     assert resolved["services"]["router"]["deploy"]["replicas"] == 2
-    assert set(resolved["services"]) == {"redis", "fast", "full", "router", "lb"}
+    gpu = {"vllm-fast", "vllm-full", "router-gpu"}
+    assert set(resolved["services"]) == {"redis", "fast", "full", "router", "lb"} | gpu
+    profiled = {name for name, service in resolved["services"].items() if service.get("profiles")}
+    assert profiled == gpu  # `docker compose up` starts the CPU demo only
+
+
+def test_the_gpu_profile_serves_what_its_policy_names() -> None:
+    """Profile `gpu`: vLLM with prefix caching and its tool-call parser on an NVIDIA GPU, and a router
+    whose policy (checked against the schema: tests/policy/test_loader.py) names what each serves."""
+    from router.policy.loader import load_policy
+
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    policy = load_policy(ROOT / "policies" / "gpu.yaml", {})
+    for name, tier in (("vllm-fast", "fast"), ("vllm-full", "full")):
+        service = services[name]
+        args = service["command"]
+        assert service["profiles"] == ["gpu"] and {"--enable-prefix-caching", "--enable-auto-tool-choice"} <= set(args)
+        assert args[args.index("--tool-call-parser") + 1] == "hermes"  # Qwen2.5's <tool_call> blocks
+        [device] = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+        served, port = args[args.index("--served-model-name") + 1], args[args.index("--port") + 1]
+        assert policy.models[tier].upstream_model == served
+        assert policy.models[tier].api_base == f"http://{name}:{port}/v1"
+        assert not policy.models[tier].sessions.slots  # vLLM has no slots to pin: it caches prefixes itself
+    shares = [float(services[n]["command"][services[n]["command"].index("--gpu-memory-utilization") + 1])
+              for n in ("vllm-fast", "vllm-full")]  # fmt: skip
+    assert sum(shares) <= 0.95  # one card for both
+    router = services["router-gpu"]
+    assert "/app/policies/gpu.yaml" in router["command"] and router["ports"] == ["127.0.0.1:8090:8080"]

@@ -147,7 +147,7 @@ def _start(config: Config, logs: Path) -> tuple[list[Child], str]:
     if not config.slots:  # the policy pins nothing: the servers keep their slots and choose among them
         env |= {"FAST_SLOTS": "0", "FULL_SLOTS": "0"}
     fast, full, proxy = local_children(
-        ROOT / "policies" / "local.yaml", ports[0], ports[1], ports[2], fast=QWEN25_CODER_0_5B.alias,
+        ROOT / "policies" / "local.yaml", ports[0], ports[1], ports[2],
         fast_model=ensure(QWEN25_CODER_0_5B), full_model=ensure(QWEN25_CODER_1_5B), log_dir=logs, env=env,
     )  # fmt: skip
     children: list[Child] = [fast, full, proxy]

@@ -8,7 +8,7 @@ A configuration is a policy (CONFIGS). The router it runs against is one of:
                           fake upstreams): a proxy with the configuration's policy is started in
                           front of them on a free port, and stopped afterwards
     (neither)             the local tiers are started as `up` starts them (router/commands/local.py's
-                          local_children: llama-server Qwen2.5-Coder-0.5B and -1.5B) with the
+                          local_children: llama.cpp Qwen2.5-Coder-0.5B and -1.5B) with the
                           configuration's policy, and stopped afterwards
 
 Results go to OUT/CONFIG/LOOP.jsonl (OUT: bench/results/agentic, or --out). A task whose line is
@@ -206,7 +206,7 @@ def router_for(config: Config, base: str | None, tiers: str | None, logs: Path) 
         from router.commands.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 
         children = list(local_children(
-            config.policy, port, free_port(), free_port(), fast=QWEN25_CODER_0_5B.alias,
+            config.policy, port, free_port(), free_port(),
             fast_model=ensure(QWEN25_CODER_0_5B), full_model=ensure(QWEN25_CODER_1_5B), log_dir=logs,
         ))  # fmt: skip
         children[-1].argv += store  # the proxy

@@ -8,8 +8,7 @@ and sha256 must match what is recorded here.
 
     PackedModel             one model: its packages in chunk order, size, sha256, licence
     QWEN25_CODER_1_5B       Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (the local demo's full tier)
-    QWEN25_CODER_0_5B       Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (its fast tier; `up --fast gemma-3-270m`
-                            runs Gemma 3 270M instead)
+    QWEN25_CODER_0_5B       Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (its fast tier)
     fetch_wheels()          the pinned wheels into a directory (skips those already there)
     assemble()              wheels → one verified file (raises ModelError on any mismatch)
     ensure()                the cached, verified file: fetched and assembled the first time, with a
@@ -18,8 +17,8 @@ and sha256 must match what is recorded here.
 
 Everything is cached under `cache_root()` (`$AGENT_ROUTER_CACHE`, else `$XDG_CACHE_HOME/agent-router`,
 else `~/.cache/agent-router`): `wheels/` and `models/`, shared by `agent-router up`, scripts/install,
-scripts/test and CI. The Gemma 3 270M file (`up --fast gemma-3-270m`) comes from its installed package
-(router/commands/llama.py's `model_path`) and lands in the same `models/`.
+scripts/test and CI. A user's own GGUF (`up --fast-model PATH`) is served where it is
+(router/commands/tiers.py).
 """
 
 from __future__ import annotations

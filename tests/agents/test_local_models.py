@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from router.commands.llama import Child, ChildFailed, llama_server_binary
+from router.commands.llama import Child, ChildFailed
 from router.commands.local import local_children
 from router.commands.models import QWEN25_CODER_0_5B, QWEN25_CODER_1_5B, ensure
 from tests.agents.conftest import clean_env, cli, run_cli
@@ -42,15 +42,13 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """fast + full llama-server and `agent-router serve --policy policies/local.yaml`, as `up` starts
+    """fast + full llama.cpp servers and `agent-router serve --policy policies/local.yaml`, as `up` starts
     them (4 slots of 32k tokens each); the proxy's base URL."""
-    if not llama_server_binary().is_file():
-        pytest.fail(f"no llama-server at {llama_server_binary()}: scripts/install builds it")
     logs = tmp_path_factory.mktemp("local-up")
     ports = {"fast": _free_port(), "full": _free_port(), "proxy": _free_port()}
     fast, full, proxy = local_children(
         ROOT / "policies" / "local.yaml", ports["proxy"], ports["fast"], ports["full"],
-        fast=QWEN25_CODER_0_5B.alias, fast_model=ensure(QWEN25_CODER_0_5B, show_progress=False),
+        fast_model=ensure(QWEN25_CODER_0_5B, show_progress=False),
         full_model=ensure(QWEN25_CODER_1_5B, show_progress=False), log_dir=logs,
         env={"AGENT_ROUTER_STORE": "memory://"},
     )  # fmt: skip

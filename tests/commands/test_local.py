@@ -159,3 +159,73 @@ def test_the_engine_refuses_flags_it_does_not_read(tmp_path: Path) -> None:
     assert done.returncode == 2 and "unrecognized arguments: --flash-attn" in done.stderr
     done = subprocess.run(run, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr.strip()) == (2, f"engine: no model file at {tmp_path / 'm.gguf'}")
+
+
+def test_up_in_front_of_servers_the_user_runs(tmp_path: Path) -> None:
+    """`agent-router up --fast-url --full-url`: two OpenAI-compatible servers already running (the
+    fake upstream, as a user's vLLM or Ollama would answer), probed for their models; `up` starts
+    only the proxy, and a call through it reaches the fast server's model by name."""
+    import json
+    import urllib.request
+
+    fast_port, full_port, port = _port(), _port(), _port()
+    fakes = [
+        Child(name, [PY, "-m", "router", "fake-upstream", "--port", str(p), "--model", model],
+              f"http://127.0.0.1:{p}/health", tmp_path / f"{name}.log")
+        for name, p, model in (("fast", fast_port, "their-small-model"), ("full", full_port, "their-big-model"))
+    ]  # fmt: skip
+    up = [PY, "-m", "router", "up", "--port", str(port), "--fast-url", f"http://127.0.0.1:{fast_port}",
+          "--full-url", f"http://127.0.0.1:{full_port}/v1"]  # fmt: skip
+    env = {**os.environ, "AGENT_ROUTER_STORE": "memory://"}
+    proxy = Child("up", up, f"http://127.0.0.1:{port}/healthz", tmp_path / "up.log", env=env)
+    try:
+        for fake in fakes:
+            fake.start()
+        for fake in fakes:
+            fake.wait_ready(30)
+        proxy.start()
+        proxy.wait_ready(60)
+        body = {
+            "model": "auto",
+            "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+        }
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            json.dumps(body).encode(),
+            {"content-type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            assert resp.headers["x-router-tier"] == "fast"
+            assert json.loads(resp.read())["model"] == "their-small-model"
+    finally:
+        proxy.stop()
+        for fake in fakes:
+            fake.stop()
+    printed = (tmp_path / "up.log").read_text()
+    assert f"http://127.0.0.1:{fast_port}/v1 (OpenAI-compatible, their-small-model)" in printed
+    assert f"http://127.0.0.1:{full_port}/v1 (OpenAI-compatible, their-big-model)" in printed
+
+
+def test_a_gguf_of_the_users_is_served_with_its_context_fitted(tmp_path: Path) -> None:
+    """`up --fast-model PATH`: the file's header decides the server's context, alias and slots."""
+    from router.commands.local import TierSpec, resolve
+    from router.commands.models import QWEN25_CODER_0_5B, model_file
+
+    packed = model_file(QWEN25_CODER_0_5B)
+    if not packed.is_file():
+        pytest.skip("the packed models are assembled by scripts/install")
+    mine = tmp_path / "My-Coder.gguf"
+    mine.symlink_to(packed)
+    fast, full = resolve(
+        [TierSpec("fast", str(mine), None, 18601), TierSpec("full", "qwen2.5-coder-0.5b", None, 18602)],
+        slots=2, ctx=None, engine="xllamacpp", log_dir=tmp_path,
+    )  # fmt: skip
+    assert (fast.model, fast.slots, fast.context) == ("my-coder", 2, 32768)  # its trained context: memory allows it
+    assert fast.server is not None and fast.server.argv[fast.server.argv.index("--ctx-size") + 1] == str(2 * 32768)
+    assert (full.model, full.api_base) == ("qwen2.5-coder-0.5b", "http://127.0.0.1:18602/v1")
+    assert fast.environment()["FAST_API_BASE"] == "http://127.0.0.1:18601/v1"
+    [capped] = resolve(
+        [TierSpec("fast", str(mine), None, 18601)], slots=2, ctx=4096, engine="xllamacpp", log_dir=tmp_path
+    )
+    assert capped.context == 4096

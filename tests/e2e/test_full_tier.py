@@ -13,7 +13,6 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
-import httpx
 import openai
 import orjson
 import pytest
@@ -119,11 +118,21 @@ async def test_full_streams_a_tool_call_too(real_tiers: openai.AsyncOpenAI) -> N
     assert "paris" in str(orjson.loads(arguments).get("city", "")).lower()
 
 
-async def test_the_scoring_prompt_is_what_the_models_template_renders(qwen: LlamaServer) -> None:
-    """router/upstream/scoring.py writes Qwen's prompt itself: it must be the one the server renders
-    from the GGUF's template (POST /apply-template), byte for byte."""
+def test_the_scoring_prompt_is_what_the_models_template_renders() -> None:
+    """router/upstream/scoring.py writes Qwen's prompt itself for `via: echo` (llama-cpp-python's
+    server, which renders the GGUF's template with Jinja2 as the messages come: a call's arguments
+    stay the string they are, and `tojson` is plain json.dumps): it must be that, byte for byte."""
+    import json
+
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from router.commands.gguf import read_metadata
     from router.upstream.scoring import chatml_prompt
 
+    source = read_metadata(ensure(QWEN25_CODER_1_5B, show_progress=False))["tokenizer.chat_template"]
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda value, **_: json.dumps(value)
+    template = env.from_string(source)
     tool = {**WEATHER, "function": {**WEATHER["function"], "description": "City's <weather> & more"}}
     call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
     conversations = [
@@ -135,10 +144,9 @@ async def test_the_scoring_prompt_is_what_the_models_template_renders(qwen: Llam
             {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
         ],
     ]
-    async with httpx.AsyncClient(base_url=qwen.url.removesuffix("/v1"), timeout=60) as http:
-        for messages in conversations:
-            rendered = await http.post("/apply-template", json={"messages": messages, "tools": [tool]})
-            assert chatml_prompt(messages, [tool]) == rendered.json()["prompt"]
+    for messages in conversations:
+        rendered = template.render(messages=messages, tools=[tool], add_generation_prompt=True, eos_token="<|im_end|>")
+        assert chatml_prompt(messages, [tool]) == rendered
 
 
 async def test_forced_scoring_ranks_the_right_call_above_a_wrong_one(qwen: LlamaServer) -> None:

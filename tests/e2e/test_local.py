@@ -1,4 +1,4 @@
-"""The proxy with policies/local.yaml in front of real llama.cpp Gemma 3 270M servers, through the
+"""The proxy with policies/local.yaml in front of real llama.cpp Qwen2.5-Coder-0.5B servers, through the
 official openai SDK. Whatever the small model does, what reaches the client must be consistent
 with the router's headers, and no malformed tool call may reach it.
 
@@ -101,8 +101,8 @@ def checked(question: str, headers: httpx.Headers, completion: ChatCompletion) -
     elif (message.content or "").strip():
         answer, detail = "text", message.content or ""
     else:
-        # llama-cpp-python's "auto" answers a "message" with empty text, greedily, on both tiers:
-        # the router must have seen it and escalated.
+        # an empty answer (a small model can end its turn at once): the router must have seen it
+        # and escalated.
         answer, detail = "empty", ""
         assert escalated and "empty_response" in mistakes, (headers, message)
     if escalated:
@@ -193,12 +193,9 @@ async def test_text_stream_frames(local_proxy: Proxy) -> None:
     assert all(e["object"] == "chat.completion.chunk" for e in events)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="llama-cpp-python 0.3.36 ignores stream_options.include_usage; the router passes usage through "
-    "and does not invent it",
-)
 async def test_stream_usage_when_asked(client: openai.AsyncOpenAI) -> None:
+    """llama.cpp's server sends the usage chunk asked for, and the router passes it through (the
+    llama-cpp-python server before it ignored the option: this was an expected failure)."""
     stream = await client.chat.completions.create(
         model="auto",
         messages=_messages("Say hello.", system=False),
@@ -255,7 +252,7 @@ def _write_results(outcomes: list[Outcome], elapsed: float, path: Path) -> None:
         for m in o.mistakes:
             kinds[m] = kinds.get(m, 0) + 1
     lines = [
-        "# End-to-end: escalation on real llama.cpp Gemma 3 270M",
+        "# End-to-end: escalation on real llama.cpp Qwen2.5-Coder-0.5B (both tiers)",
         "",
         "`tests/e2e/test_local.py::test_tool_batch_no_invalid_call_reaches_client` — policies/local.yaml",
         "(fast: server defaults; full: `temperature: 0`; route `tool-call` with `repair: true`), 4 tools,",
@@ -264,8 +261,7 @@ def _write_results(outcomes: list[Outcome], elapsed: float, path: Path) -> None:
         "",
         f"- calls: {n}, escalated to full: {escalated} ({escalated / n:.0%}), wall time {elapsed:.1f} s",
         f"- delivered: {answers['tool_call']} tool calls, {answers['text']} text, {answers['empty']} empty; "
-        f"{answers['refused']} refused with a retryable 502 (no attempt passed the checks: Gemma answers an "
-        '"auto" message with empty text in llama-cpp-python 0.3.36)',
+        f"{answers['refused']} refused with a retryable 502 (no attempt passed the checks)",
         f"- mistakes seen (all tiers): {', '.join(f'{k} {v}' for k, v in sorted(kinds.items())) or 'none'}",
         "- malformed tool calls that reached the client: 0 (the test fails otherwise)",
         f"- calls to the tool a careful model would pick: {sum(right)} of {n}. Well-formed calls to the wrong tool",
@@ -293,8 +289,9 @@ def _write_results(outcomes: list[Outcome], elapsed: float, path: Path) -> None:
 
 # -- known gaps with llama.cpp streams -----------------------------------------------------------------
 async def test_named_tool_stream_delivers_valid_call(client: openai.AsyncOpenAI) -> None:
-    """llama-cpp-python repeats the tool name and id in every streamed delta; the router's upstream
-    client drops the repeats, so the SDK assembles one name and valid arguments."""
+    """A named tool streamed: one name and valid arguments reach the SDK (llama-cpp-python's server,
+    the engine before, repeated the name and id in every delta; the router's upstream client drops
+    such repeats)."""
     choice = {"type": "function", "function": {"name": "get_weather"}}
     stream = await client.chat.completions.create(
         model="auto",
@@ -315,8 +312,8 @@ async def test_named_tool_stream_delivers_valid_call(client: openai.AsyncOpenAI)
 
 
 async def test_auto_tool_stream_ends_cleanly(client: openai.AsyncOpenAI) -> None:
-    """Streaming with tool_choice "auto": llama-cpp-python closes the connection when the model picks
-    a call, or streams nothing when it picks text, on both tiers. The router escalates, and when no
+    """Streaming with tool_choice "auto" (llama-cpp-python's server, the engine before, closed the
+    connection when the model picked a call, or streamed nothing when it picked text). The router escalates, and when no
     tier can answer the client gets a clean 502 OpenAI error (nothing was sent yet; retryable when
     the answers failed the checks) — never a hang or a stream without a finish."""
     try:

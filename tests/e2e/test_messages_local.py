@@ -1,4 +1,4 @@
-"""The Anthropic Messages API in front of real llama.cpp Gemma 3 270M servers (policies/local.yaml),
+"""The Anthropic Messages API in front of real llama.cpp Qwen2.5-Coder-0.5B servers (policies/local.yaml),
 through the official anthropic SDK: text, streams, tool calls, and a replayed Claude Code-style
 session whose failing tool result makes the session sticky to the full tier."""
 
@@ -109,8 +109,7 @@ async def test_auto_tool_answers_are_never_malformed(claude: anthropic.AsyncAnth
         if calls:
             assert message.stop_reason == "tool_use"
         elif not any(b.type == "text" and b.text.strip() for b in message.content):
-            # llama-cpp-python's "auto" answers a "message" with empty text on both tiers: the
-            # router must have seen it on fast and escalated
+            # an empty answer: the router must have seen it on fast and escalated
             assert raw.headers["x-router-escalated"] == "true", raw.headers
             assert "empty_response" in raw.headers["x-router-mistakes"], raw.headers
 

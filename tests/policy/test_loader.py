@@ -117,18 +117,22 @@ def test_default_policy_commented_defaults_are_the_defaults() -> None:
     assert route.repair and route.hedge is not None and route.adaptive is not None
 
 
-def test_local_policy_takes_ports_from_env() -> None:
+def test_local_policy_takes_its_tiers_from_env() -> None:
+    """What `up` sets for each tier (router/commands/tiers.py's Tier.environment)."""
     path = ROOT / "policies" / "local.yaml"
-    assert load_policy(path, {}).models["full"].api_base == "http://127.0.0.1:8082/v1"
-    policy = load_policy(path, {"FAST_PORT": "18081", "FULL_PORT": "18082"})
-    assert policy.models["fast"].api_base == "http://127.0.0.1:18081/v1"
-    assert policy.models["full"].api_base == "http://127.0.0.1:18082/v1"
+    policy = load_policy(path, {})
+    assert policy.models["fast"].api_base == "http://127.0.0.1:8081/v1"
+    assert policy.models["full"].api_base == policy.models["full-resample"].api_base == "http://127.0.0.1:8082/v1"
     assert policy.models["fast"].upstream_model == "qwen2.5-coder-0.5b"
     assert policy.models["fast"].sessions.slots == policy.models["full"].sessions.slots == 4
     assert policy.models["fast"].sessions.warm and policy.models["full"].sessions.warm
-    gemma = load_policy(path, {"FAST_MODEL": "gemma-3-270m", "FAST_SLOTS": "0", "FAST_WARM": "false"})
-    assert gemma.models["fast"].upstream_model == "gemma-3-270m"
-    assert gemma.models["fast"].sessions.slots == 0 and not gemma.models["fast"].sessions.warm
+    vllm = {"FULL_MODEL": "Qwen/Qwen2.5-Coder-32B-Instruct", "FULL_API_BASE": "http://gpu:8000/v1",
+            "FULL_SLOTS": "0", "FULL_WARM": "false"}  # fmt: skip
+    theirs = load_policy(path, vllm)
+    for name in ("full", "full-resample"):
+        assert theirs.models[name].upstream_model == "Qwen/Qwen2.5-Coder-32B-Instruct"
+        assert theirs.models[name].api_base == "http://gpu:8000/v1"
+    assert theirs.models["full"].sessions.slots == 0 and not theirs.models["full"].sessions.warm
 
 
 def test_local_policys_repeats_run_on_a_sampled_full_that_nothing_routes_to() -> None:
