@@ -70,11 +70,14 @@ class Listed:
     id: str
     window: int | None
     aliases: tuple[str, ...]
+    label: str = ""  # a name for people (Anthropic's display_name); "" = the id
 
 
 def listed(policy: Policy, windows: Mapping[str, int]) -> list[Listed]:
-    """Each tier once, then `auto` if the policy routes it. `auto`'s window is the largest of the
-    tiers its routes and escalations use (None unless all are known): a prompt goes to one it fits."""
+    """Each tier once, then `auto` if the policy routes it, then the same under the names of the
+    policy's `discovery` (`claude-router`, `claude-router-<tier>`: what Claude Code's model picker
+    keeps). `auto`'s window is the largest of the tiers its routes and escalations use (None unless
+    all are known): a prompt goes to one it fits."""
     named: dict[str, list[str]] = {}
     for alias, target in policy.aliases.items():
         if not any(ch in alias for ch in "*?[") and alias != target:
@@ -85,6 +88,10 @@ def listed(policy: Policy, windows: Mapping[str, int]) -> list[Listed]:
         used |= set(policy.escalation.chain)
         window = max(windows[t] for t in used) if all(t in windows for t in used) else None
         out.append(Listed("auto", window, tuple(named.get("auto", ()))))
+    by_id = {m.id: m for m in out}
+    out += [Listed(name, by_id[target].window, (), f"agent-router {target}")
+            for name, target in policy.discovery.names(policy.models).items()
+            if target in by_id and name not in by_id]  # fmt: skip
     return out
 
 
@@ -96,8 +103,8 @@ def _openai_model(model: Listed, created: int) -> dict[str, object]:
 
 def _anthropic_model(model: Listed) -> dict[str, object]:
     """Anthropic's ModelInfo: `max_input_tokens` is the context window (omitted when not known)."""
-    info: dict[str, object] = {"type": "model", "id": model.id, "display_name": model.id, "created_at": _EPOCH,
-                               "lifecycle": "active"}  # fmt: skip
+    info: dict[str, object] = {"type": "model", "id": model.id, "display_name": model.label or model.id,
+                               "created_at": _EPOCH, "lifecycle": "active"}  # fmt: skip
     if model.window is not None:
         info["max_input_tokens"] = model.window
     return info

@@ -266,6 +266,25 @@ class Lane(Strict):
     refuse: bool = Field(default=False, description="refuse calls that ask for this lane (403)")
 
 
+class Discovery(Strict):
+    """The names `GET /v1/models` also lists the routes and tiers under, for clients that keep only
+    some model ids: Claude Code's gateway discovery keeps the ids that match /(claude|anthropic)/i.
+    `prefix` names `auto` (the routes decide) and `prefix-<tier>` each tier; a request naming one
+    goes where it says. `prefix: null`: no such names."""
+
+    prefix: str | None = Field(
+        "claude-router",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="listed for `auto`, and with `-<tier>` for each tier (null: none)",
+    )
+
+    def names(self, tiers: Iterable[str]) -> dict[str, str]:
+        """Listed name → "auto" or a tier."""
+        if self.prefix is None:
+            return {}
+        return {self.prefix: "auto"} | {f"{self.prefix}-{tier}": tier for tier in tiers}
+
+
 class Policy(Strict):
     version: Literal[1]
     models: dict[str, Tier] = Field(min_length=1)
@@ -279,6 +298,7 @@ class Policy(Strict):
         True, description="false: serve on (degraded, /readyz 503) when the store cannot be used at start"
     )
     lanes: dict[str, Lane] = Field(default_factory=dict, description="lanes calls may ask for (router/core/lanes.py)")
+    discovery: Discovery = Field(default_factory=Discovery, description="names clients' model pickers keep")
 
     @model_validator(mode="after")
     def _lanes_valid(self) -> Policy:
@@ -305,11 +325,14 @@ class Policy(Strict):
         return self
 
     def resolve_alias(self, model: str) -> str | None:
-        """Incoming model name → "auto" or a tier; exact names first, then tier names, then globs."""
+        """Incoming model name → "auto" or a tier; exact names first, then tier names, then the names
+        `discovery` lists, then globs."""
         if model in self.aliases:
             return self.aliases[model]
         if model in self.models:
             return model
+        if (listed := self.discovery.names(self.models).get(model)) is not None:
+            return listed
         for pattern, target in self.aliases.items():
             if fnmatch.fnmatchcase(model, pattern):
                 return target

@@ -1,13 +1,15 @@
 """Context windows in the client's own terms, end to end: real fake upstreams with a context as
 llama-server has one (`FakeConfig.n_ctx`), the real router, the openai and anthropic SDKs.
 
-GET /v1/models lists each tier once with its window (OpenAI's list, or Anthropic's to its clients);
+GET /v1/models lists each tier once with its window (OpenAI's list, or Anthropic's to its clients),
+then the same under the names Claude Code's model picker keeps (`claude-router`, `claude-router-<tier>`);
 POST /v1/messages/count_tokens counts with the tokenizer of the tier the call would go to; a prompt
 too long for one tier goes to one it fits, else the client gets its own API's context error.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anthropic
@@ -33,6 +35,10 @@ async def tiers(start_fake_: Any, proxy_: Any, extra: str = ESCALATE, **policy: 
     return fast, full, proxy
 
 
+DISCOVERED = ["claude-router", "claude-router-fast", "claude-router-full"]  # policy `discovery`'s default names
+CLAUDE_CODE_KEEPS = re.compile("(claude|anthropic)", re.I)  # its gateway discovery's filter (2.1.332)
+
+
 def anthropic_sdk(proxy: Any) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(base_url=proxy.base, api_key="x", max_retries=0)
 
@@ -45,8 +51,9 @@ async def test_models_list_each_tier_once_with_its_context_window(start_fake_, p
     _, _, proxy = await tiers(start_fake_, proxy_, extra=extra)
     page = await sdk(proxy.url).models.list()
     listed = {m.id: m.model_extra for m in page.data}
-    assert [m.id for m in page.data] == ["fast", "full", "auto"]  # an alias is not a model of its own
+    assert [m.id for m in page.data] == ["fast", "full", "auto", *DISCOVERED]  # an alias is not a model of its own
     assert listed["fast"] == {"context_window": FAST_CTX, "aliases": ["router-fast"]}
+    assert listed["claude-router-fast"] == {"context_window": FAST_CTX, "aliases": []}
     assert listed["full"] == {"context_window": FULL_CTX, "aliases": []}
     assert listed["auto"] == {"context_window": FULL_CTX, "aliases": ["my-agent"]}  # the largest of its tiers
     one = await sdk(proxy.url).models.retrieve("fast")
@@ -59,15 +66,42 @@ async def test_anthropic_clients_get_anthropics_model_list(start_fake_, proxy_) 
     _, _, proxy = await tiers(start_fake_, proxy_)
     client = anthropic_sdk(proxy)
     page = await client.models.list()
-    assert [m.id for m in page.data] == ["fast", "full", "auto"]
-    assert all(m.type == "model" and m.display_name == m.id for m in page.data)
+    assert [m.id for m in page.data] == ["fast", "full", "auto", *DISCOVERED]
+    assert all(m.type == "model" and m.display_name == m.id for m in page.data[:3])
+    assert [m.display_name for m in page.data[3:]] == ["agent-router auto", "agent-router fast", "agent-router full"]
     assert [getattr(m, "max_input_tokens", None) or m.model_extra.get("max_input_tokens") for m in page.data] == [
-        FAST_CTX, FULL_CTX, FULL_CTX,
+        FAST_CTX, FULL_CTX, FULL_CTX, FULL_CTX, FAST_CTX, FULL_CTX,
     ]  # fmt: skip
     raw = await get(proxy.url + "/models?limit=1000", {"anthropic-version": "2023-06-01"})  # Claude Code's request
-    assert (raw.json()["has_more"], raw.json()["first_id"], raw.json()["last_id"]) == (False, "fast", "auto")
+    ends = (raw.json()["has_more"], raw.json()["first_id"], raw.json()["last_id"])
+    assert ends == (False, "fast", "claude-router-full")
     with pytest.raises(anthropic.NotFoundError):
         await client.models.retrieve("nope")
+
+
+async def test_claude_codes_model_picker_keeps_the_routes_and_tiers(start_fake_, proxy_) -> None:
+    """Claude Code keeps only ids matching /(claude|anthropic)/i of a gateway's list: the router lists
+    `auto` and every tier under such names too, and a call naming one goes where it says."""
+    _, _, proxy = await tiers(start_fake_, proxy_)
+    raw = await get(proxy.url + "/models?limit=1000", {"anthropic-version": "2023-06-01"})
+    kept = [m["id"] for m in raw.json()["data"] if CLAUDE_CODE_KEEPS.search(m["id"])]
+    assert kept == DISCOVERED
+    client = anthropic_sdk(proxy)
+    for name, tier in (("claude-router-fast", "fast"), ("claude-router-full", "full"), ("claude-router", "full")):
+        answer = await client.messages.with_raw_response.create(
+            model=name, max_tokens=16, messages=[{"role": "user", "content": "Hello"}]
+        )
+        assert answer.headers["x-router-tier"] == tier, name  # `claude-router` is auto: no tools, so full
+        assert answer.headers["x-router-route"] == ("default" if name == "claude-router" else f"alias:{name}")
+
+
+@pytest.mark.parametrize(
+    ("discovery", "listed"),
+    [("{prefix: anthropic-gw}", ["anthropic-gw", "anthropic-gw-fast", "anthropic-gw-full"]), ("{prefix: null}", [])],
+)
+async def test_the_discovered_names_are_the_policys(start_fake_, proxy_, sdk, discovery, listed) -> None:
+    _, _, proxy = await tiers(start_fake_, proxy_, extra=ESCALATE + f"discovery: {discovery}\n")
+    assert [m.id for m in (await sdk(proxy.url).models.list()).data] == ["fast", "full", "auto", *listed]
 
 
 async def test_a_window_the_server_does_not_report_is_null_unless_the_policy_says(start_fake_, proxy_, sdk) -> None:
@@ -76,7 +110,9 @@ async def test_a_window_the_server_does_not_report_is_null_unless_the_policy_say
                                           "    context_window: 8192\n")  # fmt: skip
     proxy = await proxy_(text)
     listed = {m.id: m.model_extra["context_window"] for m in (await sdk(proxy.url).models.list()).data}
-    assert listed == {"fast": None, "full": 8192, "auto": None}
+    assert listed == {"fast": None, "full": 8192, "auto": None} | {name: None for name in DISCOVERED} | {
+        "claude-router-full": 8192
+    }
 
 
 # ------------------------------------------------------------------------------ count_tokens
