@@ -16,7 +16,10 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.agents.conftest import Stack, clean_env, cli, run_cli, workdir
+from router.fake import FakeConfig
+from tests.agents.conftest import PREFERRED, Stack, clean_env, cli, routed, run_cli, workdir
+from tests.api.helpers import fake_requests
+from tests.conftest import policy_text
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(180)]
 
@@ -106,3 +109,25 @@ async def test_codex(stack: Stack, tmp_path: Path, transport: str) -> None:
         assert posts and stack.seen.websockets == []
     tool_loop(await stack.chat_requests())
     prefix_kept(await stack.chat_requests())
+
+
+async def test_claude_code_runs_on_a_tier_named_as_its_model_picker_keeps_it(start_fake_: Any, tmp_path: Path) -> None:
+    """`claude --model claude-router-fast`: a name Claude Code's gateway discovery keeps (it matches
+    /(claude|anthropic)/i, router/api/admin.py lists it) pins the session's main loop to the fast tier."""
+    claude = cli("claude")
+    fast = await start_fake_(FakeConfig(finish_after=1, prefer_tools=PREFERRED, model="fast-model"))
+    full = await start_fake_(FakeConfig(finish_after=1, prefer_tools=PREFERRED, model="full-model"))
+    policy = policy_text(fast.url, full.url, extra='aliases: {"*": auto}\n')
+    async with routed(policy, tmp_path) as (base, seen):
+        home, work = workdir(tmp_path)
+        env = clean_env(home, ANTHROPIC_BASE_URL=base, ANTHROPIC_API_KEY="sk-ant-dummy")
+        argv = [str(claude), "-p", TASK, "--model", "claude-router-fast", "--output-format", "json"]
+        code, out, err = await run_cli(argv, work, env)
+        assert code == 0, f"exit {code}\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}"
+        result = orjson.loads(out)
+        assert result["is_error"] is False and result["num_turns"] >= 2, result
+        assert seen.failures() == []
+    on_fast = [r["body"] for r in await fake_requests(fast.url)]
+    on_full = [r["body"] for r in await fake_requests(full.url)]
+    tool_loop([b for b in on_fast if b.get("tools")])
+    assert not [b for b in on_full if b.get("tools")]  # side calls (no tools) may go where the routes say
