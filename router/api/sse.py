@@ -1,6 +1,6 @@
 """Server-sent events of a streamed answer, for every HTTP transport (chat, Messages, Responses).
 
-    framed(admission, trace, items, frame, fail=..., close=..., done=...)
+    framed(admission, attempts, items, frame, fail=..., close=..., done=...)
 
 turns the pipeline's items (chunks, or a transport's events) into SSE bytes: `frame(item)` for
 each, items that arrived together (`Chunk.more`) in one write; an error after the first byte becomes

@@ -1,6 +1,6 @@
 """The one flow every transport shares: decide → call → validate → escalate → record.
 
-    trace = begin(call)                     lane (router/core/lanes.py), agent feedback, sticky sessions,
+    attempts = begin(call)                  lane (router/core/lanes.py), agent feedback, sticky sessions,
                                             policy.decide (pure); a repeat of a request whose every
                                             attempt failed the checks: resampled or refused
                                             (router/core/repeats.py)
@@ -11,16 +11,16 @@
         answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks;
                                             its end (answer, upstream error, neither) told to the breaker
         salvage(answer)                     a call written as text → a tool call (router/flow/salvage.py)
-        trace.judge(answer)                 validate.check → record → Escalate if warranted
-        trace.verify(answer)                the route's verifier (router/core/verify.py) → Escalate on reject
-    trace.delivered(answer)                 remember routed tool calls for agent-reported errors
+        attempts.judge(answer)              validate.check → record → Escalate if warranted
+        attempts.verify(answer)             the route's verifier (router/core/verify.py) → Escalate on reject
+    attempts.delivered(answer)              remember routed tool calls for agent-reported errors
 
 A tier that speaks the client's own API (an `anthropic/*` tier for /v1/messages) gets the client's
 request itself (`Call.native`) and answers in it; the checks read the chat equivalent it comes with.
 
 A call goes to a tier whose context window its prompt fits (`policy.decide` with the windows known,
 router/core/context.py); a tier's own context error sends it on to a larger one, else ends it with
-the client's own context error (router/flow/attempts.py). `count(router, call)` decides a call
+the client's own context error (router/flow/attempts.py). `count(runtime, call)` decides a call
 the same way and counts its prompt with that tier's tokenizer (POST /v1/messages/count_tokens).
 A failure after the call was routed carries its tier and route (`RouterError.attempts`) for its log line.
 

@@ -13,8 +13,8 @@ again, or a spray, is salvaged and then judged as the call it is — the 1.5B wr
 text, and judged as text each went through a repair that only made the same call again.
 
     salvaged_message(message, request, names, validator)   the rewritten message, or None
-    salvage_reply(trace, tier, reply)                      a whole answer, in place (pipeline)
-    salvage_stream(trace, tier, gate)                      a held stream's answer (pipeline)
+    salvage_reply(attempts, tier, reply)                   a whole answer, in place (pipeline)
+    salvage_stream(attempts, tier, gate)                   a held stream's answer (pipeline)
 
 On by default for every route; a route turns it off with `salvage: false`. A salvaged answer is
 counted (`salvaged` in stats, per tier, route and tool) and marked (`x-router-salvaged: true`).

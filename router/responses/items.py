@@ -244,19 +244,6 @@ def text_part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def function_item(
-    call_id: str, name: str, arguments: str, *, item_id: str | None = None, status: str = "completed"
-) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": item_id or new_id("fc"),
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "status": status,
-    }
-
-
 def assistant_message(output: Sequence[Mapping[str, Any]], tools: ToolMap | None = None) -> dict[str, Any] | None:
     """The chat message for a response's output items (what the history remembers of the answer)."""
     kept = [dict(i) for i in output if i.get("type") in ("message", "function_call", "custom_tool_call")]

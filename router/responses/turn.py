@@ -5,10 +5,10 @@
     prepare(request, headers, prev)    → Turn: the chat body as a `Call` (with the request itself, `native_body`,
                                        for tiers that serve Responses: router/upstream/openai_compat.py),
                                        the new messages, the session
-    complete(router, turn, save)       → (trace, Response object)          non-streaming
-    events(turn, trace, chunks, save)  → Responses events of a pipeline stream
+    complete(runtime, turn, save)      → (attempts, Response object)       non-streaming
+    events(turn, attempts, chunks, save) → Responses events of a pipeline stream
     warm_up(turn, save, upstream)      → created + completed events of `generate: false`
-    prewarm(router, turn)              `generate: false` passed on to the tier the request would go to,
+    prewarm(runtime, turn)             `generate: false` passed on to the tier the request would go to,
                                        when that tier keeps a WebSocket (router/upstream/responses_ws.py)
     turn_state(headers)                Codex's `x-codex-turn-state`, echoed
     failed(turn, exc)                  → created, in_progress, `response.failed`: a prompt no tier's
