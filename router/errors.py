@@ -9,6 +9,7 @@
     │   └── UnknownPath              404 (or 405) invalid_request_error / not_found
     ├── LaneRefused                  403 permission_error / lane_refused        (router/core/lanes.py)
     ├── RequestTimeout               408 invalid_request_error / request_timeout    (the body came too slowly)
+    ├── UpgradeRequired              426 invalid_request_error / websocket_mode_off (use HTTP: WebSocket mode is off)
     ├── BodyTooLarge                 413 invalid_request_error / body_too_large
     ├── LaneBusy                     429 rate_limit_error / lane_busy            (Retry-After)
     ├── ClientGone                   499 client_gone: the client left; never sent, ends the call's work
@@ -170,6 +171,16 @@ class RequestTimeout(RouterError):
 
     def headers(self) -> dict[str, str]:
         return {**super().headers(), "connection": "close"}  # the rest of the body is not read
+
+
+class UpgradeRequired(RouterError):
+    """The Responses WebSocket mode is off (`ws_enabled`): its handshake is answered 426, the status
+    after which Codex sends the turn over HTTP at once instead of retrying the socket."""
+
+    status = 426
+    type = "invalid_request_error"
+    code = "websocket_mode_off"
+    should_retry = False
 
 
 class ClientGone(RouterError):

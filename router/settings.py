@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     store_prefix: str = Field(
         "agent-router:", min_length=1, description="key prefix in a Redis store; replicas sharing state use the same"
     )
+    ws_enabled: bool = Field(
+        True, description="the Responses WebSocket mode; false: its handshake is answered 426, clients use HTTP"
+    )
     ws_max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="WebSocket messages above → close 1009")
     ws_idle_timeout: float = Field(600.0, gt=0, description="seconds with no message and no response → close 1000")
     ws_max_responses: int = Field(64, ge=1, description="responses remembered per WebSocket connection (LRU)")

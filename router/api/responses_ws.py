@@ -26,6 +26,8 @@ replays it on its turn's requests: a sticky-routing token; the router keeps noth
 Limits and liveness
   auth          on the upgrade, from its headers (Authorization: Bearer / x-api-key): refused with
                 HTTP 401 (the server's denial-response extension), else closed with 1008
+  mode off      with `ws_enabled` false every upgrade is refused with HTTP 426 (Codex then sends its
+                turn over HTTP at once; any other failure it retries first), else closed with 1008
   size          a message over `ws_max_message_bytes` closes the socket with 1009
   idle          no message for `ws_idle_timeout` seconds while no response runs or waits: closed with 1000
   queue         `response.create` messages wait behind their stream's running one, `ws_max_pending` at
@@ -57,7 +59,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from router.api import Admission, access, authorize, error_response, lower_headers, observe
 from router.core.call import check_depth
 from router.core.response_state import ResponseCache, Stored
-from router.errors import BadRequest, ContextExceeded, InvalidJSON, RouterError, Unauthorized
+from router.errors import BadRequest, ContextExceeded, InvalidJSON, RouterError, Unauthorized, UpgradeRequired
 from router.flow import pipeline
 from router.flow.summary import summary
 from router.responses import turn as turns
@@ -87,11 +89,13 @@ async def connect(websocket: WebSocket) -> None:
     runtime: Runtime = websocket.app.state.runtime
     try:
         authorize(runtime, websocket)
-    except Unauthorized as exc:
+        if not runtime.settings.ws_enabled:
+            raise UpgradeRequired("WebSocket mode is off here: send the request over HTTP (POST /v1/responses).")
+    except (Unauthorized, UpgradeRequired) as exc:
         if "websocket.http.response" in websocket.scope.get("extensions", {}):
             await websocket.send_denial_response(error_response(exc))
         else:
-            await websocket.close(code=1008, reason="unauthorized")
+            await websocket.close(code=1008, reason=exc.code or "refused")
         return
     headers = lower_headers(websocket)
     echoed = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in turns.turn_state(headers).items()]

@@ -110,12 +110,13 @@ class Tiers:
 
 
 @contextlib.asynccontextmanager
-async def routed(policy: str, tmp_path: Path) -> AsyncIterator[tuple[str, Seen]]:
-    """The router on a free port serving `policy`: (its base URL, what it answered)."""
+async def routed(policy: str, tmp_path: Path, **settings: Any) -> AsyncIterator[tuple[str, Seen]]:
+    """The router on a free port serving `policy` (with `settings` besides): (its base URL, what it answered)."""
     path = tmp_path / "policy.yaml"
     path.write_text(policy)
     seen = Seen()
-    server, task, base = await start_uvicorn(recording(create_app(Settings(policy=path, reload_policy=False)), seen))
+    app = create_app(Settings(policy=path, reload_policy=False, **settings))
+    server, task, base = await start_uvicorn(recording(app, seen))
     try:
         yield base, seen
     finally:

@@ -111,6 +111,28 @@ async def test_codex(stack: Stack, tmp_path: Path, transport: str) -> None:
     prefix_kept(await stack.chat_requests())
 
 
+async def test_codex_sends_its_turn_over_http_when_websocket_mode_is_off(start_fake_: Any, tmp_path: Path) -> None:
+    """A provider with `supports_websockets = true` in front of a router whose WebSocket mode is off
+    (`ws_enabled`): the handshake is answered 426, and Codex finishes its turn over HTTP having
+    dialled exactly one socket (any other refusal it retries first)."""
+    codex = cli("codex")
+    fake = await start_fake_(FakeConfig(finish_after=1, prefer_tools=PREFERRED))
+    policy = policy_text(fake.url, extra='aliases: {"*": auto}\n')
+    async with routed(policy, tmp_path, ws_enabled=False) as (base, seen):
+        home, work = workdir(tmp_path)
+        config = codex_home(tmp_path, base, websockets=True)
+        last = tmp_path / "last-message.txt"
+        env = clean_env(home, CODEX_HOME=str(config), ROUTER_API_KEY="dummy")
+        argv = [str(codex), "exec", "--skip-git-repo-check", "--output-last-message", str(last), TASK]
+        code, out, err = await run_cli(argv, work, env)
+        assert code == 0, f"exit {code}\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}"
+        assert last.read_text().strip()
+        assert seen.websockets == ["/v1/responses"]  # one socket, refused with 426
+        posts = [path for method, path, _ in seen.http if method == "POST" and path == "/v1/responses"]
+        assert len(posts) >= 2 and seen.failures() == []
+    tool_loop([r["body"] for r in await fake_requests(fake.url)])
+
+
 async def test_claude_code_runs_on_a_tier_named_as_its_model_picker_keeps_it(start_fake_: Any, tmp_path: Path) -> None:
     """`claude --model claude-router-fast`: a name Claude Code's gateway discovery keeps (it matches
     /(claude|anthropic)/i, router/api/admin.py lists it) pins the session's main loop to the fast tier."""

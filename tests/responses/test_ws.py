@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed
@@ -145,6 +146,20 @@ async def test_idle_connection_is_closed(fake, proxy_, sdk) -> None:
         with pytest.raises(ConnectionClosed) as closed:
             await asyncio.wait_for(conn.recv(), 10)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+
+
+async def test_an_upgrade_is_answered_426_when_websocket_mode_is_off(fake, proxy_, sdk) -> None:
+    """`ws_enabled` false: 426 Upgrade Required with an OpenAI error body (Codex then sends the turn
+    over HTTP at once: tests/agents/test_cli.py), and HTTP still answers."""
+    proxy = await proxy_(policy_text(fake.url, extra=ESCALATE), ws_enabled=False)
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with sdk(proxy.url).responses.connect():
+            pass
+    answer = refused.value.response
+    assert answer.status_code == 426
+    assert orjson.loads(answer.body)["error"]["code"] == "websocket_mode_off"
+    done = await sdk(proxy.url).responses.create(model="auto", input="Hello")
+    assert done.status == "completed"
 
 
 async def test_unauthorized_upgrade_is_refused(fake, proxy_, sdk) -> None:
