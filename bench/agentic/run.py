@@ -199,7 +199,11 @@ def router_for(config: Config, base: str | None, tiers: str | None, logs: Path) 
         fast_port, full_port = (int(p) for p in tiers.split(":"))
         argv = [sys.executable, "-m", "router", "serve", "--policy", str(config.policy), "--port", str(port),
                 "--log-level", "warning", *store]  # fmt: skip
-        env = {**os.environ, "FAST_PORT": str(fast_port), "FULL_PORT": str(full_port)}
+        env = {
+            **os.environ,
+            "FAST_API_BASE": f"http://127.0.0.1:{fast_port}/v1",
+            "FULL_API_BASE": f"http://127.0.0.1:{full_port}/v1",
+        }
         children = [Child("proxy", argv, f"http://127.0.0.1:{port}/healthz", logs / "router.log", env=env)]
     else:  # the local tiers, as `agent-router up` runs them (written for the full runs; not run in CI)
         from router.commands.local import local_children

@@ -254,7 +254,9 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
         if speed is not None:
             response["service_tier"] = speed
         if stream:
-            return await _send_stream(request, st, plan, response_events(response), headers, MALFORMED_RESPONSES)
+            return await _send_stream(
+                request, st, plan, response_events(response, whole_items=cfg.whole_items), headers, MALFORMED_RESPONSES
+            )
         return await _send_json(request, plan, orjson.dumps(response), headers)
     if anthropic:
         thinking = thinking_blocks(body, key, answer.tool_name)

@@ -42,6 +42,10 @@ class FakeConfig:
     # 404, as from a server without it), and a connection's time limit in seconds (OpenAI's: 60 minutes)
     websocket: bool = True
     ws_limit_s: float = 3600.0
+    # Responses streams (HTTP and WebSocket): each output item only in `response.output_item.done` and
+    # `response.completed`, with no `output_item.added` and no text or arguments deltas (the published
+    # event schema allows it; a strict upstream was seen sending it)
+    whole_items: bool = False
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.bad_kinds if k not in BAD_KINDS]

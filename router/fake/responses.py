@@ -103,8 +103,9 @@ def _pieces(text: str, parts: int = 4) -> list[str]:
     return [text[i : i + step] for i in range(0, len(text), step)] or [""]
 
 
-def response_events(response: dict[str, Any]) -> list[bytes]:
-    """The SSE events OpenAI sends for `response`, in order, with sequence numbers."""
+def response_events(response: dict[str, Any], *, whole_items: bool = False) -> list[bytes]:
+    """The SSE events OpenAI sends for `response`, in order, with sequence numbers; `whole_items`:
+    each item only in its `response.output_item.done` (no `added`, no deltas)."""
     events: list[dict[str, Any]] = []
 
     def add(kind: str, **fields: Any) -> None:
@@ -114,7 +115,9 @@ def response_events(response: dict[str, Any]) -> list[bytes]:
     add("response.created", response=started)
     add("response.in_progress", response=started)
     for index, item in enumerate(response["output"]):
-        if item["type"] == "message":
+        if whole_items:
+            pass
+        elif item["type"] == "message":
             text = item["content"][0]["text"]
             ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
             add("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})

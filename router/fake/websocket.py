@@ -209,7 +209,7 @@ class _Connection:
         reasoning = reasoning_items(body, cfg.signing_key, f"{rid:024x}")
         response = response_object(answer, f"{rid:024x}", model, usage, reasoning, offered_tools(body))
         self.last = _Last(response["id"], [*items, *response["output"]])
-        return _events(response)
+        return _events(response, cfg.whole_items)
 
     def _context(self, message: dict[str, Any]) -> list[Any]:
         """The input items this response holds: the connection's last response's, then the message's own."""
@@ -229,6 +229,7 @@ class _Connection:
         return [*self.last.items, *own]
 
 
-def _events(response: dict[str, Any]) -> list[bytes]:
+def _events(response: dict[str, Any], whole_items: bool = False) -> list[bytes]:
     """The SSE stream's events of `response`, each the JSON of one WebSocket message."""
-    return [frame.split(b"\ndata: ", 1)[1].rstrip(b"\n") for frame in response_events(response)]
+    events = response_events(response, whole_items=whole_items)
+    return [frame.split(b"\ndata: ", 1)[1].rstrip(b"\n") for frame in events]

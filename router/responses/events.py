@@ -132,14 +132,30 @@ class EventBuilder:
             return [*out, self._forward(event, output_index=len(self.output) - 1)]
         if isinstance(index, int):
             mine = self._native.get(index)
+            if mine is None and kind == "response.output_item.done" and isinstance(event.get("item"), dict):
+                return self._whole(index, event["item"])  # an item that came whole: no `added` before it
             if mine is None:
                 return []
             if kind == "response.output_item.done" and isinstance(event.get("item"), dict):
                 self.output[mine] = dict(event["item"])
             return [self._forward(event, output_index=mine)]
+        if kind in ("response.completed", "response.incomplete") and isinstance(event.get("response"), dict):
+            output = event["response"].get("output")  # items that came only here, in the final response
+            whole = enumerate(output) if isinstance(output, list) else ()
+            return [e for i, item in whole if i not in self._native and isinstance(item, dict)
+                    for e in self._whole(i, item)]  # fmt: skip
         if kind in _ENVELOPE:
             return []
         return [self._forward(event)]
+
+    def _whole(self, index: int, item: Mapping[str, Any]) -> list[Event]:
+        """A tier's output item that came whole: added to this response's output, told as its
+        `response.output_item.done`."""
+        out = self._close_text() + self._close_call()
+        self.output.append(dict(item))
+        self._native[index] = len(self.output) - 1
+        done = {"type": "response.output_item.done", "output_index": len(self.output) - 1, "item": dict(item)}
+        return [*out, self._forward(done)]
 
     def _forward(self, event: Mapping[str, Any], **fields: Any) -> Event:
         ev = {**event, **fields, "sequence_number": self.seq}

@@ -95,6 +95,8 @@ class ResponsesEvents:
         self._calls: dict[int, int] = {}  # output_index of a function_call item → tool-call index
         self._args: set[int] = set()  # tool calls whose arguments have started
         self._custom: set[int] = set()  # tool calls of freeform tools (arguments: {"input": "..."})
+        self._texted: set[int] = set()  # output_index of message items whose text has been passed on
+        self._texted_unindexed = False  # text deltas came without an output_index: no message is whole
 
     def chunk(self, raw: bytes) -> Chunk:
         event = native_event(raw, self.tier)
@@ -123,9 +125,18 @@ class ResponsesEvents:
         if kind in ("response.completed", "response.incomplete"):
             if (usage := _usage(response.get("usage"))) is not None:
                 data["usage"] = usage
-            return {}, _finish(response, bool(self._calls))
+            output = response.get("output")
+            whole = self._whole(enumerate(output)) if isinstance(output, list) else {}
+            return whole, _finish(response, bool(self._calls))
         if kind == "response.output_text.delta":
+            if isinstance(index, int):
+                self._texted.add(index)
+            else:
+                self._texted_unindexed = True
             return {"content": str(event.get("delta", ""))}, None
+        whole_item = item.get("type") == "message" or (item.get("type") in _CALLS and index not in self._calls)
+        if kind == "response.output_item.done" and isinstance(index, int) and whole_item:
+            return self._whole([(index, item)]), None  # a message not streamed, a call not announced
         if kind == "response.output_item.added" and item.get("type") in _CALLS and isinstance(index, int):
             n = self._calls[index] = len(self._calls)
             function = {"name": _function(item, self.tools)["name"], "arguments": ""}
@@ -148,6 +159,25 @@ class ResponsesEvents:
             self._args.add(n)
             return _arguments(n, str(item.get("arguments") or "{}")), None
         return {}, None
+
+    def _whole(self, items: Any) -> dict[str, Any]:
+        """The delta of output items that came whole (in `output_item.done`, or only in the final
+        response): the text of messages whose text was not streamed, the calls not announced."""
+        text: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for index, item in items:
+            if not isinstance(item, dict) or not isinstance(index, int):
+                continue
+            if item.get("type") == "message" and index not in self._texted and not self._texted_unindexed:
+                self._texted.add(index)
+                text += [str(p.get("text", "")) for p in item.get("content") or () if isinstance(p, dict)]
+            elif item.get("type") in _CALLS and index not in self._calls:
+                n = self._calls[index] = len(self._calls)
+                self._args.add(n)
+                call = {"index": n, "id": str(item.get("call_id", "")), "type": "function"}
+                calls.append({**call, "function": _function(item, self.tools)})
+        delta: dict[str, Any] = {"content": "".join(text)} if "".join(text) else {}
+        return delta | ({"tool_calls": calls} if calls else {})
 
 
 def _arguments(n: int, text: str) -> dict[str, Any]:

@@ -54,8 +54,8 @@ def router_(
     its tiers' ports pointed at the given upstreams."""
 
     async def start(config: str, fast_url: str, full_url: str) -> Proxy:
-        monkeypatch.setenv("FAST_PORT", _port(fast_url))
-        monkeypatch.setenv("FULL_PORT", _port(full_url))
+        monkeypatch.setenv("FAST_API_BASE", fast_url)
+        monkeypatch.setenv("FULL_API_BASE", full_url)
         return await proxy_(CONFIGS[config].policy.read_text(), store="memory://")
 
     return start

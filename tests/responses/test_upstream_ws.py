@@ -14,7 +14,7 @@ import pytest
 import websockets
 
 from router.fake import FakeConfig, FakeServer
-from tests.api.helpers import post
+from tests.api.helpers import get, post
 from tests.conftest import Proxy, policy_text
 from tests.responses.conftest import fake_log, recv_response, socket_messages
 
@@ -359,3 +359,37 @@ async def test_a_warm_up_routed_elsewhere_still_opens_the_sockets(tiers, proxy_)
     assert len([e for e in log if e["method"] == "GET" and e["path"] == "/v1/responses"]) == 1
     [turn] = socket_messages(log)
     assert turn["connection"] == 1 and whole(turn)  # on the socket the warm-up opened, whole (a new chain there)
+
+
+@pytest.mark.parametrize("path", ["http", "websocket", "upstream-websocket"])
+async def test_a_stream_whose_items_arrive_whole_is_read_as_what_it_carries(start_fake_, proxy_, sdk, path) -> None:
+    """Tiers that send each output item only in `response.output_item.done` (no `added`, no deltas;
+    the published event schema allows it): their calls and text are read as what they are, on every
+    path that reads streams, not as empty answers."""
+    fast = await start_fake_(FakeConfig(seed=3, api_key=KEY, prefer_tools=("read_file",), whole_items=True))
+    full = await start_fake_(FakeConfig(seed=4, api_key=KEY, whole_items=True))
+    policy = ws_policy(fast, full)
+    if path != "upstream-websocket":
+        policy = policy.replace("    websocket: true\n", "")
+    proxy = await proxy_(policy)
+    client = sdk(proxy.url)
+    if path == "http":
+        async with client.responses.stream(model="auto", input="Read the files.", tools=FILES) as stream:
+            [e async for e in stream]
+            call_turn = await stream.get_final_response()
+        async with client.responses.stream(model="auto", input="Say hello.") as stream:
+            [e async for e in stream]
+            text_turn = await stream.get_final_response()
+    else:
+        async with client.responses.connect() as conn:
+            await conn.response.create(model="auto", input="Read the files.", tools=FILES)
+            call_turn = (await recv_response(conn))[-1].response
+            await conn.response.create(model="auto", input="Say hello.")
+            text_turn = (await recv_response(conn))[-1].response
+    call = call_of(call_turn)
+    assert call.name == "read_file" and orjson.loads(call.arguments)["path"]
+    assert len(text_turn.output_text.split()) == 12  # the fake's 12 words, read from the item itself
+    log = await fake_log(fast.url)
+    assert bool(socket_messages(log)) == (path == "upstream-websocket")  # the path the test meant
+    stats = (await get(proxy.url + "/router/stats")).json()
+    assert "empty_response" not in orjson.dumps(stats).decode()
