@@ -207,4 +207,3 @@ def run(
             progress.advance(bar)
     write(OUT, prompt)
     typer.echo(f"wrote {OUT / (prompt + '.md')}")
-

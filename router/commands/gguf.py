@@ -4,7 +4,7 @@ needs to serve a model it did not pack (router/commands/tiers.py).
     read_metadata(path)   the header's key/value pairs (arrays skipped, except short ones), or GGUFError
     GGUFError             not a GGUF file, or a truncated or malformed header (a one-line reason)
 
-The format (llama.cpp's docs/gguf.md, version 2 and 3): the magic `GGUF`, a uint32 version, uint64
+The format (the GGUF specification of the ggml project, versions 2 and 3): the magic `GGUF`, a uint32 version, uint64
 counts of tensors and of key/value pairs, then each pair: a string key (uint64 length + UTF-8), a
 uint32 value type, the value. Little-endian only (big-endian files are rare and say so in the version).
 The `gguf` package reads the same but parses every tensor and the 150k-entry vocabulary: 9 s for the

@@ -202,10 +202,11 @@ async def test_models_lists_each_tier_once_with_its_aliases(fake, proxy_, sdk) -
     extra = 'aliases: {"*": auto, "gpt-4o-mini": fast, "smart": full, "claude-*": auto}\n'
     proxy = await proxy_(policy_text(fake.url, extra=extra))
     page = await sdk(proxy.url).models.list()
-    assert [m.id for m in page.data] == ["fast", "full", "auto"]  # aliases name tiers; globs are not model ids
+    discovered = ["claude-router", "claude-router-fast", "claude-router-full"]  # what Claude Code's picker keeps
+    assert [m.id for m in page.data] == ["fast", "full", "auto", *discovered]  # globs are not model ids
     assert all(m.object == "model" and m.owned_by == "agent-router" for m in page.data)
-    assert [m.model_extra["aliases"] for m in page.data] == [["gpt-4o-mini"], ["smart"], []]
-    assert [m.model_extra["context_window"] for m in page.data] == [None, None, None]  # the fake reports none
+    assert [m.model_extra["aliases"] for m in page.data] == [["gpt-4o-mini"], ["smart"], [], [], [], []]
+    assert [m.model_extra["context_window"] for m in page.data] == [None] * 6  # the fake reports none
 
 
 async def test_healthz(fake, proxy_) -> None:
