@@ -79,10 +79,11 @@ def claude(proxy: Any) -> anthropic.AsyncAnthropic:
 async def test_the_windows_reported_are_the_servers(proxy: Any) -> None:
     sdk = openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0, timeout=CALL_TIMEOUT)
     listed = {m.id: m.model_extra["context_window"] for m in (await sdk.models.list()).data}
-    assert listed == {"fast": FAST_CTX, "full": FULL_CTX, "auto": FULL_CTX}
+    expected = [("fast", FAST_CTX), ("full", FULL_CTX), ("auto", FULL_CTX)]
+    expected += [("claude-router", FULL_CTX), ("claude-router-fast", FAST_CTX), ("claude-router-full", FULL_CTX)]
+    assert listed == dict(expected)  # the same under the names Claude Code's model picker keeps
     page = await claude(proxy).models.list()
-    windows = [(m.id, m.max_input_tokens) for m in page.data]
-    assert windows == [("fast", FAST_CTX), ("full", FULL_CTX), ("auto", FULL_CTX)]
+    assert [(m.id, m.max_input_tokens) for m in page.data] == expected
 
 
 async def test_count_tokens_is_the_tiers_own_count(proxy: Any) -> None:
