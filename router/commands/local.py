@@ -200,8 +200,7 @@ def proxy_child(
     environment set here; `env` adds to it), not started."""
     environment: dict[str, str] = {**os.environ}
     for tier in tiers:
-        port_of = tier.api_base.rsplit(":", 1)[-1].split("/")[0]
-        environment |= tier.environment() | {f"{tier.name.upper()}_PORT": port_of}
+        environment |= tier.environment()
     environment |= env or {}
     serve = [sys.executable, "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
     return Child("proxy", serve, f"http://127.0.0.1:{port}/healthz", log_dir / "router.log", env=environment)
@@ -224,7 +223,7 @@ def local_children(
     """The local demo's processes, not started: the fast and full servers (the packed models' aliases,
     else the files' names) and the proxy."""
     share = memory_share([fast_model, full_model])
-    aliases = {ensure_path: alias for alias, ensure_path in ((m.alias, model_file(m)) for m in PACKED.values())}
+    aliases = {model_file(m): m.alias for m in PACKED.values()}
     tiers = [
         model_tier(name, model, aliases.get(model, model.stem.lower()), p, slots=slots, ctx=ctx, share=share,
                    engine=engine, log_dir=log_dir)
