@@ -105,8 +105,8 @@ def checked(question: str, headers: httpx.Headers, completion: ChatCompletion) -
         # and escalated.
         answer, detail = "empty", ""
         assert escalated and "empty_response" in mistakes, (headers, message)
-    if escalated:
-        assert tier == "full" and mistakes, headers
+    if escalated:  # to full; or, where greedy full erred too, on to full sampled (escalation.repeat)
+        assert mistakes and (tier == "full" or (tier == "full-resample" and headers.get("x-router-sampled"))), headers
     else:
         assert tier == "fast", headers
         # a mistake without escalation: only the same-tier repair (named tool_choice) allows it

@@ -145,7 +145,8 @@ async def test_replayed_coding_session_turns_sticky_after_a_failed_tool(
         answer = await raw.parse()
         history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in answer.content] or "ok"},
                     {"role": "user", "content": "Go on."}]  # fmt: skip
-    assert tiers == ["full", "full"]  # sticky: the fast tier's Bash call failed
+    # sticky: the fast tier's Bash call failed; greedy full's own mistake may go on sampled (full-resample)
+    assert len(tiers) == 2 and set(tiers) <= {"full", "full-resample"}, tiers
     stats: dict[str, Any] = {}
     async with httpx.AsyncClient(timeout=10) as http:
         deadline = time.monotonic() + 10  # the store records off the request path
