@@ -1,7 +1,7 @@
 """What holding a streamed tool call until it is checked costs: `python -m bench.hold [--quick]`.
 
 Every tier's streamed tool call is held by the router until the whole call has arrived and passed
-the checks (router/core/streaming.py), so a client sees its first tool-call byte only when the upstream
+the checks (router/flow/streaming.py), so a client sees its first tool-call byte only when the upstream
 has finished writing the call. Text is not held. This measures, against the fake upstream writing
 its stream with a delay between events (0, 5 and 20 ms: a fast local model to a slow remote one),
 the time to the first tool-call delta and to the first text delta, direct and through the router

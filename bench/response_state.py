@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from router.core.response_state import ResponseCache, stored
+from router.core.live.response_state import ResponseCache, stored
 from router.store import Store, StoreOptions, open_store
 from router.store.responses import ResponseRecord, redis_prefix
 from router.store.sqlite import SqliteStore

@@ -27,8 +27,8 @@ from typing import Any
 import orjson
 
 from router.commands.eval.cases import load_cases, offered_names, score
-from router.core.validate import Validator
-from router.core.verify import logprob_measure
+from router.core.checks.validate import Validator
+from router.core.checks.verify import logprob_measure
 from router.flow.salvage import salvaged_message
 from router.policy.model import Tier, Timeouts
 from router.upstream.openai_compat import OpenAICompatUpstream

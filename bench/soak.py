@@ -478,7 +478,7 @@ async def sampler(proxy: Proc, t0: float, out: list[dict[str, float]], stop: asy
 async def soak(
     minutes: float, rate: float, concurrency: int, seed: int, out_dir: Path, sessions: int = 0
 ) -> dict[str, Any]:
-    from router.fake.tools import VOCAB  # the fake's words: what a whole text answer is made of
+    from router.fake.values import VOCAB  # the fake's words: what a whole text answer is made of
 
     vocab = frozenset(w.lower() for w in VOCAB)
     work = Path(tempfile.mkdtemp(prefix="agent-router-soak-"))

@@ -1,4 +1,4 @@
-"""Per-call cost of `router.core.validate` on typical answers: `python -m bench.validate [iterations]`.
+"""Per-call cost of `router.core.checks.validate` on typical answers: `python -m bench.validate [iterations]`.
 
 One `Validator` is held across calls (as the pipeline does), so schemas are compiled once in the
 warm-up and the measured loop sees the cached path. Then the two schema libraries side by side on
@@ -22,7 +22,7 @@ import jsonschema
 import jsonschema_rs
 import orjson
 
-from router.core.validate import Validator
+from router.core.checks.validate import Validator
 
 
 def _tool(name: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -256,7 +256,7 @@ def main(argv: list[str]) -> None:
         p50, mean, found = measure(validator, message, iterations)
         rows.append(f"| {label} | {found} | {p50:.1f} | {mean:.1f} |")
     header = (
-        f"# router.core.validate — per-call cost\n\n`python -m bench.validate {iterations}`: "
+        f"# router.core.checks.validate — per-call cost\n\n`python -m bench.validate {iterations}`: "
         f"{iterations} timed calls "
         f"per row after warm-up, one cached `Validator`, request with {len(TOOLS)} tools. "
         f"Python {platform.python_version()}, {platform.machine()}, {platform.system()}.\n"

@@ -36,7 +36,7 @@ from router.policy.model import Policy
 from router.policy.watch import PolicyHolder
 from router.runtime import Runtime, StoreUnusable
 from router.settings import Settings
-from router.store import StoreOptions, open_store
+from router.store import Store, StoreOptions, open_store
 from router.upstream import Upstream, build_upstream, serving
 
 log = logging.getLogger("router")
@@ -174,14 +174,19 @@ async def store_problem(settings: Settings, policy: Policy) -> str | None:
     the policy says `store_required: false`."""
     if not policy.store_required:
         return None
-    url = settings.store or policy.store
-    redis = url.lower().startswith(("redis://", "rediss://"))
-    store = open_store(url, store_options(settings), **({"prefix": settings.store_prefix} if redis else {}))
+    store = store_of(settings, policy)
     await store.start()
     try:
         return str(StoreUnusable(store.backend, store.unusable)) if store.unusable else None
     finally:
         await store.close()
+
+
+def store_of(settings: Settings, policy: Policy) -> Store:
+    """The store the settings (else the policy) name, with the process's bounds, not started."""
+    url = settings.store or policy.store
+    redis = url.lower().startswith(("redis://", "rediss://"))
+    return open_store(url, store_options(settings), **({"prefix": settings.store_prefix} if redis else {}))
 
 
 def store_options(settings: Settings) -> StoreOptions:
@@ -206,9 +211,7 @@ def create_app(
 ) -> Starlette:
     """The proxy. `upstreams` serves the tiers it names with those objects (router/upstream/__init__.py)."""
     holder = policy or PolicyHolder.from_file(settings.policy)
-    url = settings.store or holder.current.store
-    redis = url.lower().startswith(("redis://", "rediss://"))
-    store = open_store(url, store_options(settings), **({"prefix": settings.store_prefix} if redis else {}))
+    store = store_of(settings, holder.current)
     runtime = Runtime(settings, holder, store, serving(upstreams) if upstreams else build_upstream)
     lifecycle = Lifecycle(runtime)
 

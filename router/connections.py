@@ -16,10 +16,10 @@
     keep_alive_timeout  an idle keep-alive connection is closed (uvicorn's own timer)
     shutdown            uvicorn asks every connection to close: the router then ends the calls and
                         streams still open at 80% of `shutdown_grace` in their API's shape
-                        (router/core/open_calls.py); a WebSocket is closed (1012) only after that
+                        (router/core/live/open_calls.py); a WebSocket is closed (1012) only after that
 
 A connection that is lost ends the calls in progress on it (`ConnectionCalls` in the request's
-scope, router/core/open_calls.py): a client that goes away cancels its call and upstream call at
+scope, router/core/live/open_calls.py): a client that goes away cancels its call and upstream call at
 once, without a task per call watching for it.
 
 Every limit that trips counts in `router_limits_tripped{limit}`. A response's head goes out with its
@@ -51,7 +51,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from router.constants import BODY_IN, CUT_AT, GC_YOUNG_THRESHOLD
-from router.core.open_calls import ConnectionCalls
+from router.core.live.open_calls import ConnectionCalls
 from router.errors import Overloaded
 from router.settings import Settings
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # -- client requests ------------------------------------------------------------------------------
 MAX_DEPTH = 240  # nesting of a request body: orjson encodes 254 levels and the router adds a few (call.py)
-CUT_AT = 0.8  # share of `shutdown_grace` after which calls still open are ended (router/core/open_calls.py)
+CUT_AT = 0.8  # share of `shutdown_grace` after which calls still open are ended (router/core/live/open_calls.py)
 # a request scope's key, set by the router's server protocol (connections.py) once the request's whole
 # body is buffered: reading it cannot wait, so it is read without the `body_timeout` timer (api/__init__.py)
 BODY_IN = "router.body_in"
@@ -51,7 +51,7 @@ MAX_NAME_CHARS = 200  # tier/route/tool/kind names are cut here: a model can inv
 BATCH_KEYS = 2_000  # counter keys per store write: each transaction stays short for whoever waits behind it
 HOUSEKEEP_SECONDS = 60.0  # seconds between prunes of expired buckets, sessions and samples
 
-# -- response state (router/core/response_state.py, router/store/responses.py) ------------------------
+# -- response state (router/core/live/response_state.py, router/store/responses.py) ------------------------
 MAX_QUEUED = 4096  # responses waiting for the store; more are not written (and counted)
 WRITE_BATCH = 64  # responses per store write
 MISS_GRACE = 0.05  # seconds; a store miss is read once more after this (another replica's write in flight)

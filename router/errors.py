@@ -7,7 +7,7 @@
     ├── Unauthorized                 401 authentication_error / invalid_api_key
     ├── NotFound                     404 invalid_request_error / model_not_found
     │   └── UnknownPath              404 (or 405) invalid_request_error / not_found
-    ├── LaneRefused                  403 permission_error / lane_refused        (router/core/lanes.py)
+    ├── LaneRefused                  403 permission_error / lane_refused        (router/core/live/lanes.py)
     ├── RequestTimeout               408 invalid_request_error / request_timeout    (the body came too slowly)
     ├── UpgradeRequired              426 invalid_request_error / websocket_mode_off (use HTTP: WebSocket mode is off)
     ├── BodyTooLarge                 413 invalid_request_error / body_too_large
@@ -24,10 +24,10 @@
         │   └── ContextExceeded      400 invalid_request_error / context_length_exceeded   (no tier's context fits)
         └── ChecksFailed             502 upstream_error / checks_failed         (x-should-retry: true)
             └── ChecksFailedRepeatedly  502 upstream_error / checks_failed      (x-should-retry: false: the same
-                                     request failed in every run the router gives it, router/core/repeats.py)
+                                     request failed in every run the router gives it, router/core/live/repeats.py)
 
 `to_body()` gives the OpenAI error shape `{"error": {"message", "type", "param", "code"}}`. An error of
-a call the router had routed carries its `attempts` (router/flow/attempts.py), so that the client is
+a call the router had routed carries its `outcome` (router/flow/outcome.py), so that the client is
 told the call's routing (`x-router-*` headers) with the error as with an answer.
 Messages are written by the router, never copied from a traceback, and upstream text is passed
 through `redact()` before it is shown, so keys and key-bearing URLs never reach a client.
@@ -75,7 +75,7 @@ class RouterError(Exception):
     code: ClassVar[str | None] = "internal_error"
     should_retry: ClassVar[bool | None] = None
     retry_after: ClassVar[str | None] = None  # seconds, sent as Retry-After
-    attempts: Any = None  # the routed call's Attempts (router/flow/attempts.py), set by the pipeline
+    outcome: Any = None  # the routed call's Outcome (router/flow/outcome.py), set by the pipeline
 
     def __init__(self, message: str, *, param: str | None = None, status: int | None = None) -> None:
         super().__init__(message)
@@ -211,7 +211,7 @@ class ShuttingDown(Overloaded):
 
 
 class TierOpen(Overloaded):
-    """Every tier the call could still go to is skipped by its breaker (router/core/breaker.py):
+    """Every tier the call could still go to is skipped by its breaker (router/core/live/breaker.py):
     retry after `retry_after` seconds, when the first of them takes a trial call."""
 
     code = "tier_open"
@@ -232,7 +232,7 @@ class UpstreamError(RouterError):
     code = "upstream_error"
     should_retry = False  # the router already retried and escalated; the SDK must not multiply that
     mistake: ClassVar[str] = UPSTREAM_ERROR
-    tier_fault: ClassVar[bool] = True  # counted by the tier's breaker (router/core/breaker.py)
+    tier_fault: ClassVar[bool] = True  # counted by the tier's breaker (router/core/live/breaker.py)
 
     def __init__(self, message: str, *, tier: str = "", status: int | None = None) -> None:
         super().__init__(message, status=status)
@@ -328,6 +328,6 @@ class ChecksFailed(UpstreamError):
 
 class ChecksFailedRepeatedly(ChecksFailed):
     """The same request failed the checks in every run the router gives it, resampled ones included
-    (router/core/repeats.py): asked again the same way it is refused at once, so clients are told not to."""
+    (router/core/live/repeats.py): asked again the same way it is refused at once, so clients are told not to."""
 
     should_retry = False

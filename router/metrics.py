@@ -60,7 +60,7 @@ class Metrics:
             ["tier", "route"],
             registry=r,
         )
-        self.repeats = Counter(  # router/core/repeats.py
+        self.repeats = Counter(  # router/core/live/repeats.py
             "router_repeats",
             "Repeats of requests whose every attempt failed the checks, by route and outcome: resampled (run "
             "again differently), answered (a resampled run passed), refused (answered at once, not run)",
@@ -120,13 +120,13 @@ class Metrics:
             registry=r,
         )
         self.reloads = Counter("router_policy_reloads", "Policy reloads by outcome", ["outcome"], registry=r)
-        self.response_state = Counter(  # router/core/response_state.py
+        self.response_state = Counter(  # router/core/live/response_state.py
             "router_response_state",
             "previous_response_id state: lookups by where they were answered, store writes by outcome",
             ["op", "outcome"],
             registry=r,
         )
-        # shadow mode (router/core/shadow.py)
+        # shadow mode (router/core/live/shadow.py)
         self.shadow = Counter(
             "router_shadow",
             "Shadow comparisons per route by outcome (agree, disagree, unsure, error, recorded)",
@@ -148,7 +148,7 @@ class Metrics:
             ["api", "part", "type"],
             registry=r,
         )
-        self.tier_open = Gauge(  # router/core/breaker.py
+        self.tier_open = Gauge(  # router/core/live/breaker.py
             "router_tier_open",
             "1 while a tier's breaker is open or half-open (calls skip it); under workers, how many have it open",
             ["tier"],
@@ -158,7 +158,7 @@ class Metrics:
         self.tier_openings = Counter(
             "router_tier_openings", "Times a tier's breaker opened (a failed trial call included)", ["tier"], registry=r
         )
-        # sessions (router/sessions, router/core/warming.py)
+        # sessions (router/sessions, router/core/live/warming.py)
         self.prompt_tokens = Counter(
             "router_prompt_tokens",
             "Prompt tokens by tier, as its server counted them: evaluated, or reused from its cache",

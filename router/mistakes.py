@@ -1,9 +1,9 @@
 """Mistake kinds: one name for each way an answer, or an attempt at one, went wrong — owned here.
 
-Every other place names a kind through this module: the checks (router/core/validate.py), a tier's
+Every other place names a kind through this module: the checks (router/core/checks/validate.py), a tier's
 errors (router/errors.py, `UpstreamError.mistake`), the flow (router/flow/attempts.py: repair,
-verifier, skipped tiers, context), agents' reports (router/core/feedback.py), the policy
-(`escalation.on`, router/policy/model.py), the store's and metrics' labels (router/core/record.py,
+verifier, skipped tiers, context), agents' reports (router/flow/feedback.py), the policy
+(`escalation.on`, router/policy/model.py), the store's and metrics' labels (router/flow/record.py,
 router/metrics.py) and the fake upstream's deliberate defects (router/fake/tools.py). They reach
 clients in `x-router-mistakes`; a policy can name every one of them (tests/test_mistakes.py).
 
@@ -33,7 +33,7 @@ The last two are no defect of an answer: a call always moves on from them to the
 A `tool_spray` or a `repeated_call` is a sign, not a defect: agents read many files at once, and poll
 (a job's output, a terminal) by calling again. It sends a call on to a stronger tier, or from the
 greedy last tier to one sampled attempt on the repeat tier, but no call is refused for it
-(`STRONGER_ONLY`): the chain's last tier's answer, a resampled run's or a sample's, or one with no
+(`SIGNS`): the chain's last tier's answer, a resampled run's or a sample's, or one with no
 attempt left is delivered with it.
 """
 
@@ -78,7 +78,7 @@ AGENT_REPORTED_ERROR: Final = "agent_reported_error"
 TIER_OPEN: Final = "tier_open"
 CONTEXT_EXCEEDED: Final = "context_exceeded"
 
-# what the checks find in an answer (router/core/validate.py)
+# what the checks find in an answer (router/core/checks/validate.py)
 ANSWER_KINDS: Final = (
     INVALID_JSON, UNKNOWN_TOOL, SCHEMA_VIOLATION, MISSING_TOOL_CALL, TEXT_TOOL_CALL, EMPTY_RESPONSE, TOOL_SWEEP,
     TOOL_SPRAY, REPEATED_CALL,
@@ -87,7 +87,7 @@ ANSWER_KINDS: Final = (
 # not a sweep: it means no one tool, so there is none to pin
 REPAIRABLE: Final = frozenset({INVALID_JSON, SCHEMA_VIOLATION, TEXT_TOOL_CALL, MISSING_TOOL_CALL})
 # signs, not defects: on to a stronger tier, or a sample of the greedy last tier; no call is refused for them
-STRONGER_ONLY: Final = frozenset({TOOL_SPRAY, REPEATED_CALL})
+SIGNS: Final = frozenset({TOOL_SPRAY, REPEATED_CALL})
 MOVES_ON: Final = frozenset({TIER_OPEN, CONTEXT_EXCEEDED})  # never the answer's: on to the next tier regardless
 # `escalation.on` by default: every kind but agent_reported_error, known only after delivery (and
 # those that move on anyway)
@@ -98,7 +98,7 @@ ESCALATE_BY_DEFAULT: Final[tuple[MistakeKind, ...]] = tuple(
 
 @dataclass(frozen=True, slots=True)
 class Mistake:
-    """One defect found in an answer (router/core/validate.py) or an attempt: its kind, the tool it
+    """One defect found in an answer (router/core/checks/validate.py) or an attempt: its kind, the tool it
     concerns ("" for the answer as a whole) and what was seen."""
 
     kind: str

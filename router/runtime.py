@@ -9,23 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from router.core.adaptive import AdaptiveState
-from router.core.breaker import Breakers
-from router.core.context import Windows
-from router.core.lanes import Choice, Lanes
-from router.core.open_calls import OpenCalls
-from router.core.record import Background
-from router.core.repeats import Repeats
-from router.core.response_state import ResponseCache, ResponseState
-from router.core.shadow import Shadower
-from router.core.tracing import Tracing
-from router.core.validate import Validator
-from router.core.verify import VerdictCache
-from router.core.warming import Warming
+from router.core.checks.validate import Validator
+from router.core.checks.verify import VerdictCache
+from router.core.live.adaptive import AdaptiveState
+from router.core.live.breaker import Breakers
+from router.core.live.context import Windows
+from router.core.live.lanes import Choice, Lanes
+from router.core.live.open_calls import OpenCalls
+from router.core.live.repeats import Repeats
+from router.core.live.response_state import ResponseCache, ResponseState
+from router.core.live.shadow import Shadower
+from router.core.live.tracing import Tracing
+from router.core.live.warming import Warming
 from router.metrics import Metrics
 from router.policy.model import Policy
 from router.policy.watch import PolicyHolder, watch
@@ -36,6 +35,9 @@ from router.store.base import LANE_PREFIX, Event
 from router.upstream import Build, Limits, Upstreams, build_upstream
 
 log = logging.getLogger("router")
+
+
+Background = Callable[[Coroutine[Any, Any, Any]], None]  # runs a coroutine off the request path
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +80,7 @@ class Runtime:
         )
         self.breakers = Breakers(self.metrics)  # per tier: skipped a while after upstream errors in a row
         self.upstreams = Upstreams(warm=settings.warm_up, limits=limits, build=build)
-        self.windows = Windows(self.upstreams)  # tiers' context windows (router/core/context.py)
+        self.windows = Windows(self.upstreams)  # tiers' context windows (router/core/live/context.py)
         self.validator = Validator(
             max_schema_bytes=settings.max_schema_bytes,
             max_pattern_bytes=settings.max_pattern_bytes,
@@ -86,9 +88,9 @@ class Runtime:
         )
         self.verdicts = VerdictCache()  # judge verdicts by (call, context) hash, bounded LRU
         self.repeats = Repeats(settings.repeat_max_entries, settings.repeat_ttl)  # exhausted requests, by digest
-        # a route's `shadow` option (router/core/shadow.py)
+        # a route's `shadow` option (router/core/live/shadow.py)
         self.shadow = Shadower(settings, self.metrics, store, self.upstreams, self.background)
-        # sessions' prompts kept on the tiers they may move to (router/core/warming.py)
+        # sessions' prompts kept on the tiers they may move to (router/core/live/warming.py)
         self.warming = Warming(self.upstreams, self.metrics.observe_warm_up, settings.warm_max_pending)
         self.adaptive = AdaptiveState(store, policy)
         self.lanes = Lanes(self._count_lane)  # calls in flight per lane, lane views of the policy

@@ -65,10 +65,10 @@ class Settings(BaseSettings):
         15.0, ge=0, description="seconds a stream waits for its first chunk before keep-alives start (0 = never)"
     )
     warm_max_pending: int = Field(
-        8, ge=1, description="sessions waiting per tier for a background prefill (core/warming.py; oldest dropped)"
+        8, ge=1, description="sessions waiting per tier for a background prefill (core/live/warming.py; oldest dropped)"
     )
     # requests whose every attempt failed the checks, remembered so that a repeat is not run the same way
-    # (the policy's `escalation.repeat`, router/core/repeats.py)
+    # (the policy's `escalation.repeat`, router/core/live/repeats.py)
     repeat_max_entries: int = Field(
         4096, ge=1, description="exhausted requests remembered (by digest, LRU) to resample or refuse their repeats"
     )
@@ -76,7 +76,7 @@ class Settings(BaseSettings):
         600.0, gt=0, description="seconds an exhausted request is remembered after its last run failed"
     )
 
-    # shadow mode (a route's `shadow` option, router/core/shadow.py): background work, bounded
+    # shadow mode (a route's `shadow` option, router/core/live/shadow.py): background work, bounded
     shadow_max_inflight: int = Field(
         8, ge=1, description="shadow comparisons in flight; a sampled call beyond it is dropped and counted"
     )
@@ -136,7 +136,7 @@ class Settings(BaseSettings):
         5.0, gt=0, description="seconds calls may finish after SIGTERM; streams still open then get an error ending"
     )
 
-    # OpenTelemetry traces (router/core/tracing.py): on or off by the standard OTEL_* variables alone
+    # OpenTelemetry traces (router/core/live/tracing.py): on or off by the standard OTEL_* variables alone
     otel_capture_content: bool = Field(
         False, description="put prompts and answers in trace spans (gen_ai.input/output.messages); off: never"
     )

@@ -4,7 +4,7 @@
     paths                      every repository path named in README.md, docs/*.md and router/'s
                                docstrings and comments exists: `router/…`, `docs/…`, `tests/…`,
                                `bench/…`, `scripts/…`, `policies/…`, `evals/…`, `deploy/…`; a path
-                               relative to router/ (`core/warming.py`) or to the naming module's
+                               relative to router/ (`core/live/warming.py`) or to the naming module's
                                package, and a bare module name (`native.py`, which must still be a
                                module somewhere under router/)
     tests/…::name              the test function (or class) exists in that file
@@ -145,7 +145,7 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
                      ("tests/test_docs.py", "nothing")]  # fmt: skip
     assert not any(resolves(w, ROOT / "router" / "responses" / "__init__.py") for w, _ in words[:3])
     assert resolves("tests/test_docs.py", doc) and not defines(ROOT / "tests/test_docs.py", "nothing")
-    assert resolves("core/warming.py", ROOT / "docs" / "architecture.md")
+    assert resolves("core/live/warming.py", ROOT / "docs" / "architecture.md")
     assert resolves("warming.py", ROOT / "router" / "constants.py") and resolves("bench/results/", doc)
     assert named_paths(_write(tmp_path, "an example: src/main.py, and/or /v1/models\n")) == []
     assert "works-with" in anchors(ROOT / "docs" / "clients.md")

@@ -142,3 +142,33 @@ def test_arrows_run_down() -> None:
         if (floor(t) or 0) > (floor(m) or 0)
     ]
     assert up == []
+
+
+def test_core_is_two_rooms_and_the_checks_know_nothing_of_the_live_state() -> None:
+    """router/core/ holds what an answer is checked against (checks/) and the live state one proxy
+    keeps (live/), beside the parsed call; the checks import nothing of the live state."""
+    mods = modules()
+    rooms = {m.split(".")[2] for m in mods if m.startswith("router.core.")}
+    assert rooms == {"call", "checks", "live"}
+    arrows = imports(mods)
+    crossing = [f"{m} -> {t}" for m in arrows if m.startswith("router.core.checks")
+                for t in arrows[m] if t.startswith("router.core.live")]  # fmt: skip
+    assert crossing == []
+
+
+def test_a_module_only_the_flow_uses_is_the_flows() -> None:
+    arrows = imports(modules())
+    used_by = {m: {u for u, targets in arrows.items() if m in targets} for m in arrows}
+    flow_only = [
+        m for m, users in sorted(used_by.items())
+        if m.startswith("router.core.") and users and all(u.startswith("router.flow") for u in users)
+    ]  # fmt: skip
+    assert flow_only == []
+
+
+MODULE_MAX_LINES = 400  # a module a newcomer reads whole; a longer one is split along a seam
+
+
+def test_every_module_is_short_enough_to_read_whole() -> None:
+    long = {m: n for m, path in modules().items() if (n := len(path.read_text().splitlines())) > MODULE_MAX_LINES}
+    assert long == {}, f"split along a seam: {long}"

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from router import errors, mistakes
-from router.core.validate import KINDS
+from router.core.checks.validate import KINDS
 from router.fake.tools import BAD_KINDS
 from router.policy.model import Escalation
 

@@ -40,7 +40,7 @@ from uvicorn.server import ServerState
 from router.app import App, _route_path
 from router.connections import BodyArrival, GuardedH11, GuardedHttpTools, GuardedWebSockets, Idle, OneWrite
 from router.constants import BODY_IN
-from router.core.open_calls import ConnectionCalls
+from router.core.live.open_calls import ConnectionCalls
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"

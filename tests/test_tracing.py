@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from bench.otlp_sink import Received, Sink
-from router.core.tracing import exporter_of
+from router.core.live.tracing import exporter_of
 from router.fake import FakeConfig
 from tests.api.helpers import TOOLS, USER, post
 from tests.conftest import Proxy, policy_text

@@ -31,7 +31,7 @@ class Config:
     name: str
     model: str  # what every turn asks for: fast, full, or auto (routed)
     slots: bool = True  # sessions pinned to server slots (router/sessions/affinity.py)
-    warm: bool = True  # the other tier reads the session in the background (router/core/warming.py)
+    warm: bool = True  # the other tier reads the session in the background (router/core/live/warming.py)
     full_turns: tuple[int, ...] = ()  # routed: turns that land on full, as an escalated or sticky turn does
     what: str = ""
 

@@ -37,7 +37,7 @@ import orjson
 from bench.agentic.env import Environment, Stats
 from bench.agentic.loops import LOOPS, Wire, looks_like_text_call, run_loop
 from bench.agentic.tasks import Task
-from router.mistakes import STRONGER_ONLY
+from router.mistakes import SIGNS
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "results" / "agentic"
@@ -127,7 +127,7 @@ def mistakes(
         else:
             kept = c.get("signs")  # delivered as the last tier (or its sample) wrote it
             if kept is None:
-                kept = [] if c["escalated"] else [k for k in c["mistakes"] if k in STRONGER_ONLY]
+                kept = [] if c["escalated"] else [k for k in c["mistakes"] if k in SIGNS]
             said.update(kept)
             caught.update((Counter(c["mistakes"]) - Counter(kept)).elements())
     seen: Counter[str] = Counter(stats.malformed)

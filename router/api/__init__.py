@@ -6,7 +6,7 @@ where nothing unexpected escapes to the server's logger with a traceback.
 `authorize` checks a client's key, `Admission` is one place among the calls in flight, `observe`
 counts a served call. `admitted` is a call's admission: authorize, read the body (within
 `body_timeout`), and only then take a place in flight; while the call runs, a client that goes
-away cancels it (and so its upstream call) at once (router/core/open_calls.py): the router's server
+away cancels it (and so its upstream call) at once (router/core/live/open_calls.py): the router's server
 protocol says so (`ConnectionCalls`), or under another server a task watching for `http.disconnect`.
 """
 
@@ -25,13 +25,13 @@ from starlette.types import Scope
 
 from router.api import access
 from router.constants import BODY_IN
-from router.core.open_calls import ConnectionCalls
+from router.core.live.open_calls import ConnectionCalls
 from router.errors import BodyTooLarge, ClientGone, Overloaded, RequestTimeout, RouterError, Unauthorized
 from router.flow.summary import error_headers
 from router.upstream.base import Chunk
 
 if TYPE_CHECKING:
-    from router.flow.attempts import Attempts
+    from router.flow.outcome import Outcome
     from router.runtime import Runtime
 
 log = logging.getLogger("router.api")
@@ -80,10 +80,10 @@ def authorize(runtime: Runtime, connection: HTTPConnection) -> None:
         raise Unauthorized("A valid API key is required (Authorization: Bearer <key>).")
 
 
-def observe(runtime: Runtime, attempts: Attempts, ttft: float | None) -> None:
+def observe(runtime: Runtime, outcome: Outcome, ttft: float | None) -> None:
     """Count a served call: its final tier and route, time to first byte and in total."""
-    elapsed = asyncio.get_running_loop().time() - attempts.started
-    runtime.metrics.observe_call(attempts.tier, attempts.route, attempts.escalated, ttft or elapsed, elapsed)
+    elapsed = outcome.took
+    runtime.metrics.observe_call(outcome.tier, outcome.route, outcome.escalated, ttft or elapsed, elapsed)
 
 
 class Admission:
@@ -102,10 +102,10 @@ class Admission:
         self.scope = scope
         self._held = True
 
-    def served(self, attempts: Attempts, ttft: float | None) -> None:
-        observe(self.runtime, attempts, ttft)
+    def served(self, outcome: Outcome, ttft: float | None) -> None:
+        observe(self.runtime, outcome, ttft)
         if self.scope is not None:
-            access.note(self.scope, attempts)
+            access.note(self.scope, outcome)
 
     def release(self) -> None:
         if self._held:

@@ -30,7 +30,7 @@ from router.flow.summary import prompt_tokens
 
 if TYPE_CHECKING:
     from router.errors import RouterError
-    from router.flow.attempts import Attempts
+    from router.flow.outcome import Outcome
 
 log = logging.getLogger("router.access")
 
@@ -44,34 +44,32 @@ _NO_PROMPT = "evaluated=- reused=-"
 _SEEN = "router.access"  # the scope's key of what the line will say
 
 
-def turn(scope: Scope, status: int, attempts: Attempts | None, started: float) -> None:
+def turn(scope: Scope, status: int, outcome: Outcome | None, started: float) -> None:
     """A WebSocket turn's line (`started`: its `time.perf_counter()`); nothing when the log is off."""
     if scope.get(_SEEN) is None:
         return
     tier, route, escalated = (
-        (attempts.tier, attempts.route, str(attempts.escalated).lower()) if attempts else ("-", "-", "-")
+        (outcome.tier, outcome.route, str(outcome.escalated).lower()) if outcome else ("-", "-", "-")
     )
-    prompt = (
-        prompt_tokens(attempts) if attempts and (attempts.prompt_evaluated or attempts.prompt_reused) else _NO_PROMPT
-    )
+    prompt = prompt_tokens(outcome) if outcome and (outcome.prompt_evaluated or outcome.prompt_reused) else _NO_PROMPT
     log.info(
         "WS %s %s tier=%s route=%s escalated=%s %s %.1fms",  # the middleware's line, for one turn
         scope.get("path", ""), status, tier, route, escalated, prompt, (time.perf_counter() - started) * 1000,
     )  # fmt: skip
 
 
-def note(scope: Scope, attempts: Attempts) -> None:
+def note(scope: Scope, outcome: Outcome) -> None:
     """The call's final decision, for its line (nothing when the log is off)."""
     if (seen := scope.get(_SEEN)) is not None:
-        seen.update(tier=attempts.tier, route=attempts.route, escalated="true" if attempts.escalated else "false")
-        if attempts.prompt_evaluated or attempts.prompt_reused:
-            seen["prompt"] = prompt_tokens(attempts)
+        seen.update(tier=outcome.tier, route=outcome.route, escalated="true" if outcome.escalated else "false")
+        if outcome.prompt_evaluated or outcome.prompt_reused:
+            seen["prompt"] = prompt_tokens(outcome)
 
 
 def note_failure(scope: Scope, exc: RouterError) -> None:
     """A call that failed once routed: its line names the tier and route it failed on."""
-    if exc.attempts is not None:
-        note(scope, exc.attempts)
+    if exc.outcome is not None:
+        note(scope, exc.outcome)
 
 
 class AccessLog:

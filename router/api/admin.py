@@ -167,7 +167,7 @@ async def stats(request: Request) -> Response:
         seconds = float(window) if window else None
     except ValueError:
         raise BadRequest("'window' must be a number of seconds.", param="window") from None
-    # the breakers are this process's (router/core/breaker.py): under workers, the answering worker's
+    # the breakers are this process's (router/core/live/breaker.py): under workers, the answering worker's
     return _json({**await runtime.store.stats(seconds), "breakers": runtime.breakers.snapshot()})
 
 

@@ -24,11 +24,11 @@ async def completions(request: Request) -> Response:
             attempts, chunks = await pipeline.stream(runtime, call)
             chunks = admission.to_stream(chunks)
             frames = framed(admission, attempts, chunks, _data, fail=_error, done=b"data: [DONE]\n\n")
-            return SSEResponse(admission, frames, router_headers(attempts))
-        attempts, reply = await pipeline.complete(runtime, call)
-        observe(runtime, attempts, None)
+            return SSEResponse(admission, frames, router_headers(attempts.outcome()))
+        outcome, reply = await pipeline.complete(runtime, call)
+        observe(runtime, outcome, None)
         body = reply.raw or orjson.dumps(reply.data)
-        return Response(body, headers=router_headers(attempts), media_type="application/json")
+        return Response(body, headers=router_headers(outcome), media_type="application/json")
 
 
 def _data(chunk: Chunk) -> bytes:

@@ -72,13 +72,13 @@ async def create(request: Request) -> Response:
                 fail=lambda exc: sse_frame(error_body(exc)),
                 close=lambda: _frames(events.close()),
             )
-            return SSEResponse(admission, frames, router_headers(attempts))
-        attempts, reply = await pipeline.complete(runtime, call)
-        observe(runtime, attempts, None)
+            return SSEResponse(admission, frames, router_headers(attempts.outcome()))
+        outcome, reply = await pipeline.complete(runtime, call)
+        observe(runtime, outcome, None)
         if reply.native is not None and reply.raw is not None:  # the tier's own answer, untouched
-            return Response(reply.raw, headers=router_headers(attempts), media_type="application/json")
+            return Response(reply.raw, headers=router_headers(outcome), media_type="application/json")
         message = message_of(reply.data, model, new_message_id())
-        return Response(orjson.dumps(message), headers=router_headers(attempts), media_type="application/json")
+        return Response(orjson.dumps(message), headers=router_headers(outcome), media_type="application/json")
 
 
 @anthropic_endpoint

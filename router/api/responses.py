@@ -7,7 +7,7 @@ not offered them). A streamed response's final decision also rides on `response.
 (`"router": {...}`, or on the `error` event a failure ends it with) and in a trailing `: router {json}`
 comment.
 Responses are remembered (unless `store: false`) for `previous_response_id` in the process cache and
-the store (router/core/response_state.py); an unknown id, or one the store cannot look up, is a 400.
+the store (router/core/live/response_state.py); an unknown id, or one the store cannot look up, is a 400.
 
 A stream's first event is sent once the pipeline has the first chunk, so a failure before it is
 still a plain HTTP error with its status (as on the chat transport); later ones are `error` events.
@@ -25,7 +25,7 @@ from starlette.responses import Response
 from router.api import access, admitted, endpoint, lower_headers, observe
 from router.api.sse import SSE_HEADERS, SSEResponse, framed, sse_frame
 from router.core.call import parse_body
-from router.core.response_state import Stored
+from router.core.live.response_state import Stored
 from router.errors import ContextExceeded
 from router.flow import pipeline
 from router.flow.summary import router_headers
@@ -58,9 +58,10 @@ async def create(request: Request) -> Response:
                 return Response(failed, headers=SSE_HEADERS, media_type="text/event-stream")
             chunks = admission.to_stream(chunks)
             frames = framed(admission, attempts, turns.events(turn, attempts, chunks, save), sse_frame)
-            headers = {**router_headers(attempts), **turns.left_out(runtime, turn, attempts), **echoed}
+            outcome = attempts.outcome()
+            headers = {**router_headers(outcome), **turns.left_out(runtime, turn, outcome), **echoed}
             return SSEResponse(admission, frames, headers)
-        attempts, response = await turns.complete(runtime, turn, save)
-        observe(runtime, attempts, None)
-        headers = {**router_headers(attempts), **turns.left_out(runtime, turn, attempts), **echoed}
+        outcome, response = await turns.complete(runtime, turn, save)
+        observe(runtime, outcome, None)
+        headers = {**router_headers(outcome), **turns.left_out(runtime, turn, outcome), **echoed}
         return Response(orjson.dumps(response), headers=headers, media_type="application/json")

@@ -11,7 +11,7 @@ The final decision rides on `response.completed` and on an `error` event of a ro
 (`"router": {...}`: tier, route, mistakes, `repeat`, ...).
 `generate: false` stores the input as a response without calling a model (warm-up).
 `previous_response_id` is looked up on this connection first, then in the process cache, then in the
-store (router/core/response_state.py); a miss is an `error` event and the socket stays open.
+store (router/core/live/response_state.py); a miss is an `error` event and the socket stays open.
 When the tier it would go to keeps a WebSocket of its own (router/upstream/responses_ws.py), a
 warm-up is passed on to it (`generate: false`), so the next turn sends only what it adds.
 
@@ -58,7 +58,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from router.api import Admission, access, authorize, error_response, lower_headers, observe
 from router.core.call import check_depth
-from router.core.response_state import ResponseCache, Stored
+from router.core.live.response_state import ResponseCache, Stored
 from router.errors import BadRequest, ContextExceeded, InvalidJSON, RouterError, Unauthorized, UpgradeRequired
 from router.flow import pipeline
 from router.flow.summary import summary
@@ -66,10 +66,10 @@ from router.responses import turn as turns
 from router.responses.events import Event, error_event
 
 if TYPE_CHECKING:
-    from router.flow.attempts import Attempts
+    from router.flow.outcome import Outcome
     from router.runtime import Runtime
 
-Turn = tuple[int, "Attempts | None"]  # how a turn ended, for its access log line: status, the routed call
+Turn = tuple[int, "Outcome | None"]  # how a turn ended, for its access log line: status, the routed call
 
 log = logging.getLogger("router.api.ws")
 
@@ -215,18 +215,18 @@ class Connection:
             self.running += 1
             started = time.perf_counter()
             try:
-                status, attempts = await self._handle(event, stream)
+                status, outcome = await self._handle(event, stream)
             except (WebSocketDisconnect, OSError):
                 raise  # the client left: nothing to answer
             except Exception as exc:  # a bug must not end the connection; no traceback (request data)
                 log.error("unexpected %s handling a websocket message", type(exc).__name__)
                 failure = RouterError("The router failed unexpectedly; the error was logged.")
                 await self.send(error_event(failure), stream)
-                status, attempts = failure.http_status, None
+                status, outcome = failure.http_status, None
             finally:
                 self.running -= 1
                 self.seen = time.monotonic()
-            access.turn(self.ws.scope, status, attempts, started)
+            access.turn(self.ws.scope, status, outcome, started)
 
     async def send(self, event: Event, stream: str = "") -> None:
         if stream:
@@ -238,10 +238,10 @@ class Connection:
     async def failed(self, exc: RouterError, stream: str = "") -> Turn:
         """A turn that ends with an `error` event (with the call's routing, once it was routed)."""
         event = error_event(exc)
-        if exc.attempts is not None:
-            event["router"] = orjson.loads(summary(exc.attempts))
+        if exc.outcome is not None:
+            event["router"] = orjson.loads(summary(exc.outcome))
         await self.send(event, stream)
-        return exc.http_status, exc.attempts
+        return exc.http_status, exc.outcome
 
     async def _handle(self, event: Any, stream: str) -> Turn:
         if isinstance(event, InvalidJSON):
@@ -297,7 +297,7 @@ class Connection:
             except ContextExceeded as exc:  # as OpenAI sends it: a failed response (Codex compacts)
                 for event in turns.failed(turn, exc):
                     await self.send(event, stream)
-                return exc.http_status, exc.attempts
+                return exc.http_status, exc.outcome
             except RouterError as exc:
                 return await self.failed(exc, stream)
             except Exception as exc:  # no traceback: it could carry request data or upstream details
@@ -305,7 +305,7 @@ class Connection:
                 failure = RouterError("The router failed unexpectedly; the error was logged.")
                 return await self.failed(failure, stream)
             ttft = asyncio.get_running_loop().time() - attempts.started
-            turns.left_out(runtime, turn, attempts)  # counted as on HTTP (no header to name it in)
+            turns.left_out(runtime, turn, attempts.outcome())  # counted as on HTTP (no header to name it in)
             status = 200
             try:
                 async with aclosing(turns.events(turn, attempts, runtime.open.stream(chunks), save)) as events:
@@ -314,7 +314,8 @@ class Connection:
                             status = ev["status"]
                         await self.send(ev, stream)
             finally:
-                observe(runtime, attempts, ttft)
-            return status, attempts
+                outcome = attempts.outcome()
+                observe(runtime, outcome, ttft)
+            return status, outcome
         finally:
             admission.release()

@@ -71,16 +71,16 @@ async def framed(
         except RouterError as exc:
             if fail is None:
                 raise
-            yield b"".join((*pending, fail(exc), b": router ", summary(attempts), b"\n\n"))
+            yield b"".join((*pending, fail(exc), b": router ", summary(attempts.outcome()), b"\n\n"))
             return
-        yield b"".join((*pending, close(), b": router ", summary(attempts), b"\n\n", done))
+        yield b"".join((*pending, close(), b": router ", summary(attempts.outcome()), b"\n\n", done))
     finally:
         try:
             if isinstance(items, AsyncGenerator):
                 await items.aclose()
         finally:
             admission.release()
-            admission.served(attempts, ttft)
+            admission.served(attempts.outcome(), ttft)
 
 
 class SSEResponse(StreamingResponse):

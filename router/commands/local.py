@@ -6,7 +6,7 @@ server the user already runs (`--fast-url/--full-url`: llama-server, vLLM, SGLan
 Studio), turned into the policy's environment by router/commands/tiers.py. A served model gets
 `slots` slots of its trained context (capped by `--ctx`, and by the memory /proc/meminfo says is
 available: measured and printed), one of them kept for side calls; policies/local.yaml pins each
-session to a slot and keeps it warm on both tiers (router/sessions, router/core/warming.py).
+session to a slot and keeps it warm on both tiers (router/sessions, router/core/live/warming.py).
 
     port_free()       can the proxy or a server bind 127.0.0.1:port?
     resolve()         each tier as `up` runs it (a model fitted to memory, a URL probed)

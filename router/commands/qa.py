@@ -5,7 +5,7 @@
 Where the calls come from: the samples in the store `serve` opens (`--store URL`, else
 AGENT_ROUTER_STORE, else the policy's `store:`; Redis keys under AGENT_ROUTER_STORE_PREFIX) — the
 SQLite file or Redis a running `agent-router serve` writes for routes with a `shadow` option
-(router/core/shadow.py). So qa needs no running proxy and sees what every replica kept. A `memory://`
+(router/core/live/shadow.py). So qa needs no running proxy and sees what every replica kept. A `memory://`
 store lives inside the serving process and cannot be read from here: use SQLite (the default) or
 Redis when you mean to run qa.
 
@@ -13,7 +13,7 @@ Which tiers answer: the policy's own, called directly through the upstream clien
 (router/upstream). For each of a route's newest `--samples` samples:
   * a sample that already holds a verdict (shadow mode `judge`) counts as it is, unless `--rejudge`;
   * otherwise the reference tier answers the sample's request — unless the sample holds that tier's
-    answer already — and the judge tier compares the two answers with router/core/shadow.py's `compare`
+    answer already — and the judge tier compares the two answers with router/core/live/shadow.py's `compare`
     (the comparison shadow mode makes: correctness, instruction following, safety; a JSON verdict
     with score, pass, reason, difference). The verdict is written back into the sample (redacted),
     and a sample's first verdict is counted in the stats' `shadow` key, so the next run reuses it.
@@ -43,8 +43,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from router.core.compare import Comparison, compare, message_of
-from router.core.shadow import scrub
+from router.core.checks.compare import Comparison, compare, message_of
+from router.core.live.shadow import scrub
 from router.errors import UpstreamError
 from router.policy.loader import PolicyError, load_policy
 from router.policy.model import Policy

@@ -37,7 +37,7 @@ class Call:
     native: Native | None = None  # the request in the client's own API, for tiers that speak it
     reported_errors: frozenset[str] = frozenset()  # tool calls the client marked failed (`is_error`)
     # the request's `speed` / `service_tier` where neither `body` nor `native` carries them (a Responses
-    # request for chat tiers, which are not sent them): what it asks of a lane (router/core/lanes.py)
+    # request for chat tiers, which are not sent them): what it asks of a lane (router/core/live/lanes.py)
     lane_fields: Mapping[str, Any] | None = None
 
     @property

@@ -1,42 +1,40 @@
-"""The one flow every transport shares: decide → call → validate → escalate → record.
+"""The one flow every transport shares: decide → call → check → step → record.
 
-    attempts = begin(call)                  lane (router/core/lanes.py), agent feedback, sticky sessions,
+    attempts = begin(call)                  lane (router/core/live/lanes.py), agent feedback, sticky sessions,
                                             policy.decide (pure); a repeat of a request whose every
                                             attempt failed the checks: resampled or refused
-                                            (router/core/repeats.py)
-    for each attempt:                       attempts.Attempts picks tier and body (routed, repair, stronger),
-                                            past tiers whose breaker is open (router/core/breaker.py);
-                                            the first runs plainly, the rest in tenacity's loop
-                                            (router/flow/retries.py)
-        answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks;
-                                            its end (answer, upstream error, neither) told to the breaker
+                                            (router/core/live/repeats.py)
+    loop (`_attempts`, one for both shapes):
+        tier, body = attempts.next_attempt()   routed, repair, stronger, sampled (router/flow/next_tier.py),
+                                            past tiers whose breaker is open (router/core/live/breaker.py)
+        answer = upstream[tier](body)       pooled, warm connections; hedged if the route asks
+                                            (router/flow/hedge.py); its end told to the breaker
         salvage(answer)                     a call written as text → a tool call (router/flow/salvage.py)
-        attempts.judge(answer)              validate.check → record → Escalate if warranted
-        attempts.verify(answer)             the route's verifier (router/core/verify.py) → Escalate on reject
-    attempts.delivered(answer)              remember routed tool calls for agent-reported errors
+        step = attempts.judge(answer)       validate.check → record → a `Step` (router/flow/steps.py)
+        step = attempts.verify(answer)      the route's verifier (router/core/checks/verify.py)
+        Deliver → attempts.delivered(answer), done; Retry → (backoff) again; Fail → its error
 
 A tier that speaks the client's own API (an `anthropic/*` tier for /v1/messages) gets the client's
 request itself (`Call.native`) and answers in it; the checks read the chat equivalent it comes with.
 
 A call goes to a tier whose context window its prompt fits (`policy.decide` with the windows known,
-router/core/context.py); a tier's own context error sends it on to a larger one, else ends it with
+router/core/live/context.py); a tier's own context error sends it on to a larger one, else ends it with
 the client's own context error (router/flow/attempts.py). `count(runtime, call)` decides a call
 the same way and counts its prompt with that tier's tokenizer (POST /v1/messages/count_tokens).
-A failure after the call was routed carries its tier and route (`RouterError.attempts`) for its log line.
 
 Streams run the same loop through a `Gate` that holds tool-call deltas until they are checked, so
 a mistake found before anything was sent escalates invisibly. An answer of the greedy last tier
 with a sign (`repeated_call`, `tool_spray`) is held — a whole reply, or its gate — while one sampled
-attempt tries to better it, and delivered should that sample fail (`Attempts.hold`, `fall_back`).
+attempt tries to better it, and delivered should that sample fail (`Deliver(held)`).
 
-An error of a routed call carries its attempts (`RouterError.attempts`): the transports tell the client
-its routing with the error (router/flow/summary.py) as with an answer.
+A routed call ends with its frozen `Outcome` (router/flow/outcome.py); an error of a routed call
+carries it (`RouterError.outcome`), so the transports tell the client its routing with the error
+(router/flow/summary.py) as with an answer, and its log line names its tier and route.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from functools import partial
@@ -44,15 +42,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from router.core import feedback
 from router.core.call import Call
-from router.core.escalate import Escalate
-from router.core.hedge import first_valid
-from router.core.streaming import Gate, Joiner
-from router.core.validate import SchemaTooCostly
+from router.core.checks.validate import SchemaTooCostly
+from router.core.live.tracing import Span
 from router.errors import RouterError, UpstreamError
+from router.flow import feedback
 from router.flow.attempts import Attempts
+from router.flow.hedge import first_valid
+from router.flow.keepalive import beating, prepend, settled
+from router.flow.outcome import Outcome
 from router.flow.salvage import salvage_reply, salvage_stream
+from router.flow.steps import DELIVER, STEPS, Deliver, Fail, Retry, Step
+from router.flow.streaming import Gate, Joiner
 from router.policy.decide import Decision, Live, decide
 from router.upstream.base import Chunk, Native, NativeUpstream, Prompt, Reply, Speed, Upstream, speaks
 
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from router.runtime import Runtime
 
 T = TypeVar("T")
+Attempt = Callable[["Attempts", dict[str, Any], str], AsyncIterator["T | Step"]]  # one attempt on a tier
 log = logging.getLogger("router.pipeline")
 
 
@@ -88,7 +90,7 @@ async def begin(runtime: Runtime, call: Call) -> Attempts:
     if attempts.repeat == "refused":  # every run the policy gives this request failed: not run again
         runtime.lanes.leave(lane)
         refused = attempts.refused()
-        refused.attempts = attempts
+        refused.outcome = attempts.outcome()
         raise refused
     return attempts
 
@@ -121,28 +123,21 @@ def decided(runtime: Runtime, call: Call) -> Decision:
     return decide(features, runtime.policy.current, live)
 
 
-async def complete(runtime: Runtime, call: Call) -> tuple[Attempts, Reply]:
+async def complete(runtime: Runtime, call: Call) -> tuple[Outcome, Reply]:
+    """A whole answer, checked, and the call's outcome."""
     attempts = await begin(runtime, call)
-    span = runtime.tracing.start(attempts)  # router/core/tracing.py; OFF: no-ops
+    span = runtime.tracing.start(attempts)  # router/core/live/tracing.py; OFF: no-ops
     try:
-        retries = None
-        try:  # the first attempt without tenacity's loop: most calls need no other
-            with span.attempt(attempts):
-                reply = await _answer(attempts)
-        except Escalate as first:
-            retries = attempts.retries(first)
-        if retries is not None:
-            async for attempt in retries:
-                with attempt, span.attempt(attempts):
-                    reply = await _answer(attempts)
+        replies = [reply async for reply in _attempts(attempts, span, _reply)]  # one: the answer delivered
+        reply = replies[-1]
         span.answer(reply.data)
     except RouterError as exc:
-        exc.attempts = attempts  # the transport names the call's routing with its error
+        exc.outcome = attempts.outcome()  # the transport names the call's routing with its error
         raise
     finally:
         runtime.lanes.leave(attempts.lane)
         span.end(attempts)
-    return attempts, reply
+    return attempts.outcome(), reply
 
 
 async def stream(runtime: Runtime, call: Call) -> tuple[Attempts, AsyncIterator[Chunk]]:
@@ -165,87 +160,83 @@ async def stream(runtime: Runtime, call: Call) -> tuple[Attempts, AsyncIterator[
         first.cancel()
         raise
     if not first.done():
-        return attempts, _beating(attempts, first, chunks, every)
-    chunk, failure = _settled(first)
+        return attempts, beating(first, chunks, every, partial(_empty, attempts))
+    chunk, failure = settled(first)
     del first  # the task holds the failure: this frame, in the failure's traceback, must not hold it
     if failure is None and chunk is not None:
-        return attempts, _prepend(chunk, chunks)
-    failure = failure or UpstreamError(f"tier {attempts.tier!r} answered with an empty stream", tier=attempts.tier)
+        return attempts, prepend(chunk, chunks)
+    failure = failure or _empty(attempts)
     if isinstance(failure, RouterError):
-        failure.attempts = attempts  # nothing was sent: the transport names the call's routing with its error
+        failure.outcome = attempts.outcome()  # nothing was sent: the transport names the call's routing with its error
     try:
         raise failure
     finally:
         del failure  # no cycle through this frame (tests/test_cycles.py)
 
 
-def _settled(first: asyncio.Future[Chunk | None]) -> tuple[Chunk | None, BaseException | None]:
-    """The first chunk (None: the stream was empty) or the failure, taken from its task without raising."""
-    failure = first.exception()
-    return (None, failure) if failure is not None else (first.result(), None)
-
-
-async def _beating(
-    attempts: Attempts, first: asyncio.Future[Chunk | None], rest: AsyncIterator[Chunk], every: float
-) -> AsyncIterator[Chunk]:
-    """Keep-alives every `every` seconds until `first` is in, then the stream."""
-    try:
-        yield Chunk({}, beat=True)
-        while not (await asyncio.wait({first}, timeout=every))[0]:
-            yield Chunk({}, beat=True)
-    finally:
-        if not first.done():  # the client left meanwhile: the attempt in flight ends with it
-            first.cancel()
-            with contextlib.suppress(BaseException):
-                await first
-    chunk, failure = _settled(first)
-    del first
-    if failure is not None or chunk is None:
-        failure = failure or UpstreamError(f"tier {attempts.tier!r} answered with an empty stream", tier=attempts.tier)
-        try:
-            raise failure
-        finally:
-            del failure
-    yield chunk
-    async for chunk in rest:
-        yield chunk
+def _empty(attempts: Attempts) -> UpstreamError:
+    return UpstreamError(f"tier {attempts.tier!r} answered with an empty stream", tier=attempts.tier)
 
 
 async def _joined(runtime: Runtime, attempts: Attempts) -> AsyncIterator[Chunk]:
     join = Joiner()
     span = runtime.tracing.start(attempts)
     try:
-        retries = None
-        try:  # the first attempt without tenacity's loop, as in `complete`
-            with span.attempt(attempts):
-                async for ready in await _attempt_chunks(attempts, join):
-                    attempts.streamed = True
-                    yield span.chunk(join(ready))
-        except Escalate as first:
-            retries = attempts.retries(first)
-        if retries is not None:
-            async for attempt in retries:
-                with attempt, span.attempt(attempts):
-                    async for ready in await _attempt_chunks(attempts, join):
-                        attempts.streamed = True
-                        yield span.chunk(join(ready))
+        async for ready in _attempts(attempts, span, _chunks, join.next_attempt):
+            attempts.streamed = True
+            yield span.chunk(join(ready))
+    except RouterError as exc:
+        exc.outcome = attempts.outcome()
+        raise
     finally:
         runtime.lanes.leave(attempts.lane)
         span.end(attempts)
 
 
-async def _answer(attempts: Attempts) -> Reply:
-    """One attempt's answer: the next tier asked (hedged if the route says so), the answer judged."""
-    tier, body = attempts.next_attempt()
-    replies = await _hedged(attempts, tier, partial(_reply, attempts, body))
-    return await anext(replies)
-
-
-async def _attempt_chunks(attempts: Attempts, join: Joiner) -> AsyncIterator[Chunk]:
-    """One attempt's chunks: the next tier asked (hedged if the route says so), through its gate."""
-    tier, body = attempts.next_attempt()
-    join.next_attempt()
-    return await _hedged(attempts, tier, partial(_chunks, attempts, body))
+async def _attempts(
+    attempts: Attempts, span: Span, one: Attempt[T], each: Callable[[], None] | None = None
+) -> AsyncIterator[T]:
+    """The call's one attempt loop, for whole answers and streams alike: `one` attempt after another
+    (`each` told before each), until one's step delivers (its items are yielded as they come) or
+    fails (its error is raised). Every attempt ends with a `Step` (router/flow/steps.py)."""
+    while True:
+        step: Step | None = None
+        with span.attempt(attempts) as traced:
+            asked = attempts.next_attempt()
+            if isinstance(asked, Fail):  # no tier to ask
+                error = asked.error
+                del asked
+                try:
+                    raise error  # the call's one final error: no frame in its traceback holds it after (no cycle)
+                finally:
+                    del error
+            tier, body = asked
+            if each is not None:
+                each()
+            try:
+                async for item in await _hedged(attempts, tier, partial(one, attempts, body)):
+                    if isinstance(item, STEPS):
+                        step = item
+                    else:
+                        attempts.first_token()
+                        yield item
+            except BaseException:  # the client left, a hedge lost: neither an answer nor a failure
+                attempts.ended("cancelled")
+                raise
+            assert step is not None, "every attempt ends with a step"
+            traced.ended(step.how, step.error if isinstance(step, Fail) else None)
+        attempts.ended(step.how)
+        if isinstance(step, Fail):
+            error = step.error
+            del step, item
+            try:
+                raise error
+            finally:
+                del error
+        if isinstance(step, Deliver):
+            return
+        if step.backoff and (wait := attempts.backoff()) > 0:
+            await asyncio.sleep(wait)
 
 
 def _native(attempts: Attempts, upstream: Upstream, body: dict[str, Any]) -> tuple[NativeUpstream, Native] | None:
@@ -256,12 +247,12 @@ def _native(attempts: Attempts, upstream: Upstream, body: dict[str, Any]) -> tup
     return upstream, native
 
 
-async def _reply(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIterator[Reply]:
-    """One whole answer from `tier`, judged (a sign's sample that failed: the answer it was to better)."""
+async def _reply(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIterator[Reply | Step]:
+    """One whole answer from `tier`, judged: the answer delivered (`tier`'s, or the held one a failed
+    sample was to better) and then the attempt's step."""
     upstream = attempts.parts.upstreams[tier]
     pass_through = _native(attempts, upstream, body)
     attempts.sent(tier, pass_through is not None)
-    reply: Reply | None = None
     try:
         session = attempts.call.session
         if pass_through:
@@ -269,45 +260,39 @@ async def _reply(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIt
         else:
             reply = await upstream.complete(body, attempts.deadline, session=session)
     except UpstreamError as exc:
-        if not attempts.sample_failed(tier, exc):
-            raise attempts.failed(tier, exc)  # noqa: B904 (Escalate's cause is `exc`; `exc` goes as it is)
+        step = attempts.failed(tier, exc)
     except BaseException:
         attempts.released(tier)
         raise
-    if reply is not None:
-        choice = _judged(attempts, tier, reply)
-    if reply is None or attempts.falls_back:
-        held = attempts.fall_back()
+    else:
+        step, choice = _judged(attempts, tier, reply)
+        if step == DELIVER:
+            step = await attempts.verify(tier, body, choice)
+        if step == DELIVER:
+            attempts.delivered(tier, choice.get("message") or {})
+            yield reply
+    if isinstance(step, Deliver) and (held := step.held) is not None:
         attempts.delivered(held.tier, held.message)
-        yield held.payload
-        return
-    await attempts.verify(tier, body, choice)
-    attempts.delivered(tier, choice.get("message") or {})
-    yield reply
+        yield held.answer
+    yield step
 
 
-def _judged(attempts: Attempts, tier: str, reply: Reply) -> dict[str, Any]:
-    """`tier`'s whole answer, read (speed, prompt, loops), salvaged and judged: its choice. Kept
-    (`Attempts.hold`) when its sign is sampled next."""
+def _judged(attempts: Attempts, tier: str, reply: Reply) -> tuple[Step, dict[str, Any]]:
+    """`tier`'s whole answer, read (speed, prompt, loops), salvaged and judged: its step and choice."""
     if reply.speed is not None:
         attempts.sped(tier, reply.speed)
     attempts.answered(tier, reply.prompt)  # a whole answer: the tier's breaker starts counting again
     if reply.looped:
-        _looped(attempts, tier)
+        attempts.looped_on(tier)
     salvage_reply(attempts, tier, reply)  # a call written as text, made structured (router/flow/salvage.py)
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
-    try:
-        attempts.judge(tier, message, choice.get("finish_reason"))
-    except Escalate:
-        attempts.hold(tier, message, reply)
-        raise
-    return choice
+    return attempts.judge(tier, message, choice.get("finish_reason"), reply), choice
 
 
-async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIterator[Chunk]:
-    """`tier`'s stream through a gate: content as it comes, the rest once judged.
+async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIterator[Chunk | Step]:
+    """`tier`'s stream through a gate: content as it comes, the rest once judged, then the step.
 
     What the gate lets through of events that arrived in one read goes out in one write
     (`Chunk.more`), and the held part with the stream's end: a tier that sends its answer at once
@@ -321,7 +306,7 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
     else:
         source = upstream.stream(body, attempts.deadline, session=attempts.call.session)
     together: list[Chunk] = []  # ready to send, from events received in one read
-    failure: UpstreamError | None = None
+    step: Step | None = None
     prompt: Prompt | None = None  # the server's count of the prompt, on the event with usage
     speed: Speed | None = None  # the speed it is served at, on the events that say it
     try:
@@ -333,7 +318,7 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
                     speed = chunk.speed
                     attempts.sped(tier, speed)
                 if chunk.looped:
-                    _looped(attempts, tier)
+                    attempts.looped_on(tier)
                     gate.answer.drop_repeated_calls()
                 received_more = chunk.more  # read first: the gate clears it on what it lets through
                 together += gate.feed(chunk)
@@ -342,44 +327,29 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
                         yield ready
                     together = []
         except UpstreamError as exc:
-            failure = exc
+            step = attempts.failed(tier, exc)
         for ready in _one_write(together):  # what was received before the end (or the failure)
             yield ready
     except BaseException:  # neither an answer nor a failure of the tier's (the client left, a hedge lost)
         attempts.released(tier)
         raise
-    answered = failure is None
-    if failure is not None and not attempts.sample_failed(tier, failure):
-        try:
-            raise attempts.failed(tier, failure)
-        finally:
-            del failure  # this frame is in the traceback: holding the exception would make a cycle
-    failure = None  # a sign's sample's error, recorded and not raised: not kept by this frame either
-    if answered:
-        attempts.answered(tier, prompt)  # a whole answer: the tier's breaker starts counting again
+    if step is None:  # a whole answer: the tier's breaker starts counting again
+        attempts.answered(tier, prompt)
         salvage_stream(attempts, tier, gate)
         message = gate.message()
-        try:
-            attempts.judge(tier, message, gate.finish_reason)
-        except Escalate:
-            attempts.hold(tier, message, gate)  # kept if its sign is sampled next
-            raise
-    if not answered or attempts.falls_back:  # a sign's sample failed: the answer it was to better
-        held = attempts.fall_back()
+        step = attempts.judge(tier, message, gate.finish_reason, gate)
+        if step == DELIVER:
+            step = await attempts.verify(tier, body, {"message": message, "finish_reason": gate.finish_reason})
+        if step == DELIVER:
+            attempts.delivered(tier, message)
+    if isinstance(step, Deliver) and (held := step.held) is not None:  # a sign's sample failed
         attempts.delivered(held.tier, held.message)
-        gate = held.payload
-    else:
-        await attempts.verify(tier, body, {"message": message, "finish_reason": gate.finish_reason})
-        attempts.delivered(tier, message)
-    # the answer passed: nothing but the stream's end follows, which the transport writes with these
-    for ready in _one_write(gate.release(), last_more=True):
-        yield ready
-
-
-def _looped(attempts: Attempts, tier: str) -> None:
-    """`tier`'s answer went round in a loop and was stopped there (router/upstream/loops.py)."""
-    attempts.looped = True
-    attempts.parts.metrics.loops_cut.labels(tier, attempts.route).inc()
+        gate = held.answer
+    if isinstance(step, Deliver):
+        # the answer passed: nothing but the stream's end follows, which the transport writes with these
+        for ready in _one_write(gate.release(), last_more=True):
+            yield ready
+    yield step
 
 
 def _one_write(chunks: list[Chunk], last_more: bool = False) -> list[Chunk]:
@@ -390,7 +360,8 @@ def _one_write(chunks: list[Chunk], last_more: bool = False) -> list[Chunk]:
 
 
 async def _hedged(attempts: Attempts, tier: str, attempt: Callable[[str], AsyncIterator[T]]) -> AsyncIterator[T]:
-    """`attempt(tier)`, raced against the route's hedge tier when it has one."""
+    """`attempt(tier)`, raced against the route's hedge tier when it has one: an attempt whose first
+    item is its step (a retry, a failure) loses."""
     hedge = attempts.hedge_for(tier)
     if hedge is None:
         return attempt(tier)
@@ -400,12 +371,11 @@ async def _hedged(attempts: Attempts, tier: str, attempt: Callable[[str], AsyncI
         attempts.hedging(hedge_tier)
         return attempt(hedge_tier)
 
-    hedge_won, items = await first_valid(attempt(tier), start_hedge, after)
-    attempts.won(hedge_tier if hedge_won else tier)
+    hedge_won, items = await first_valid(attempt(tier), start_hedge, after, lost=_lost)
+    if hedge_won is not None:
+        attempts.won(hedge_tier if hedge_won else tier)
     return items
 
 
-async def _prepend(first: Chunk, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-    yield first
-    async for chunk in rest:
-        yield chunk
+def _lost(item: object) -> bool:
+    return isinstance(item, Retry | Fail)

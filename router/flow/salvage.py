@@ -3,7 +3,7 @@
 Small models often answer a tool-calling request with the call as text — a ```json block, Qwen's
 `<tool_call>…</tool_call>`, a bare `{"name": …, "arguments": …}` — instead of a tool call. When
 every call so written names an offered tool and its arguments validate against that tool's schema
-(the same checks every answer gets, router/core/validate.py), the answer is rewritten into the
+(the same checks every answer gets, router/core/checks/validate.py), the answer is rewritten into the
 structured call(s) before it is judged: no extra model call, nothing escalated. A call written
 again word for word is made once (seen: the 0.5B writing one call 40 times until max_tokens). What fails salvage
 is judged as written (a `text_tool_call` mistake) and escalates as before. The calls are checked as
@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from router.core.text_calls import opens_like_call, written_call_objects
-from router.core.validate import Validator
-from router.mistakes import STRONGER_ONLY
+from router.core.checks.text_calls import opens_like_call, written_call_objects
+from router.core.checks.validate import Validator
+from router.mistakes import SIGNS
 
 if TYPE_CHECKING:
-    from router.core.streaming import Gate
     from router.flow.attempts import Attempts
+    from router.flow.streaming import Gate
     from router.upstream.base import Reply
 
 # What is left around the calls once they are cut out: fences, tags, a "functions.x:" or "json" label.
@@ -128,7 +128,7 @@ def salvaged_message(
     if not any(ch.isalnum() for ch in rest):  # stray brackets or punctuation: no words for the client
         rest = ""
     out = {**message, "content": rest or None, "tool_calls": calls}
-    if any(m.kind not in STRONGER_ONLY for m in validator.check(out, request, finish_reason="tool_calls")):
+    if any(m.kind not in SIGNS for m in validator.check(out, request, finish_reason="tool_calls")):
         return None
     return out  # a sign (the agent's last call again, a spray) is no defect: judged as the call it is
 

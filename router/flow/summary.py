@@ -1,6 +1,7 @@
-"""What a client is told about its call's routing, on every transport: the `x-router-*` headers
-(on an error of a routed call too: `error_headers`) and the final decision as JSON (the
-`: router {json}` SSE trailer, `"router"` on Responses' `response.completed`)."""
+"""What a client is told about its call's routing, on every transport, read from the call's frozen
+`Outcome` (router/flow/outcome.py): the `x-router-*` headers (on an error of a routed call too:
+`error_headers`) and the final decision as JSON (the `: router {json}` SSE trailer, `"router"` on
+Responses' `response.completed`)."""
 
 from __future__ import annotations
 
@@ -11,64 +12,64 @@ import orjson
 from router.errors import RouterError
 
 if TYPE_CHECKING:
-    from router.flow.attempts import Attempts
+    from router.flow.outcome import Outcome
     from router.upstream.base import Speed
 
 
-def router_headers(attempts: Attempts) -> dict[str, str]:
+def router_headers(outcome: Outcome) -> dict[str, str]:
     return {
-        "x-router-tier": attempts.tier,
-        "x-router-route": attempts.route,
-        "x-router-escalated": "true" if attempts.escalated else "false",
-        "x-router-mistakes": ",".join(attempts.mistakes),
-        "x-router-repaired": "true" if attempts.repaired else "false",
-        **({"x-router-exhausted": "true"} if attempts.exhausted else {}),
-        **({"x-router-signs": ",".join(attempts.signs)} if attempts.signs else {}),
-        "x-router-salvaged": "true" if attempts.salvaged else "false",
-        **({"x-router-looped": "true"} if attempts.looped else {}),
-        "x-router-lane": attempts.lane.name,
-        **({"x-router-verified": ",".join(attempts.verdicts)} if attempts.verdicts else {}),
+        "x-router-tier": outcome.tier,
+        "x-router-route": outcome.route,
+        "x-router-escalated": "true" if outcome.escalated else "false",
+        "x-router-mistakes": ",".join(outcome.mistakes),
+        "x-router-repaired": "true" if outcome.repaired else "false",
+        **({"x-router-exhausted": "true"} if outcome.exhausted else {}),
+        **({"x-router-signs": ",".join(outcome.signs)} if outcome.signs else {}),
+        "x-router-salvaged": "true" if outcome.salvaged else "false",
+        **({"x-router-looped": "true"} if outcome.looped else {}),
+        "x-router-lane": outcome.lane,
+        **({"x-router-verified": ",".join(outcome.verdicts)} if outcome.verdicts else {}),
         **(
-            {"x-router-prompt-tokens": prompt_tokens(attempts)}
-            if attempts.prompt_evaluated or attempts.prompt_reused
+            {"x-router-prompt-tokens": prompt_tokens(outcome)}
+            if outcome.prompt_evaluated or outcome.prompt_reused
             else {}
         ),
-        **({"x-router-repeat": attempts.repeat} if attempts.repeat else {}),
-        **({"x-router-sampled": attempts.sampled} if attempts.sampled else {}),
-        **({"x-router-speed": speed_header(speed)} if (speed := attempts.speed) is not None else {}),
+        **({"x-router-repeat": outcome.repeat} if outcome.repeat else {}),
+        **({"x-router-sampled": outcome.sampled} if outcome.sampled else {}),
+        **({"x-router-speed": speed_header(speed)} if (speed := outcome.speed) is not None else {}),
     }
 
 
 def error_headers(exc: RouterError) -> dict[str, str]:
     """An error's headers: its own (x-should-retry, retry-after) and, once the call was routed, the
     routing headers of what was tried."""
-    return {**exc.headers(), **router_headers(exc.attempts)} if exc.attempts is not None else exc.headers()
+    return {**exc.headers(), **router_headers(exc.outcome)} if exc.outcome is not None else exc.headers()
 
 
-def summary(attempts: Attempts) -> bytes:
+def summary(outcome: Outcome) -> bytes:
     return orjson.dumps(
         {
-            "tier": attempts.tier,
-            "route": attempts.route,
-            "reason": attempts.decision.reason,
-            "escalated": attempts.escalated,
-            "mistakes": attempts.mistakes,
-            "tiers": attempts.tried,
-            **({"skipped": attempts.skipped} if attempts.skipped else {}),
-            "repaired": attempts.repaired,
-            "exhausted": attempts.exhausted,
-            **({"signs": attempts.signs} if attempts.signs else {}),
-            "salvaged": attempts.salvaged,
-            **({"looped": True} if attempts.looped else {}),
-            "verified": attempts.verdicts,
-            "lane": attempts.lane.name,
-            "prompt_tokens": {"evaluated": attempts.prompt_evaluated, "reused": attempts.prompt_reused},
-            **({"repeat": attempts.repeat} if attempts.repeat else {}),
-            **({"sampled": attempts.sampled} if attempts.sampled else {}),
-            **({"speed": attempts.speed.served} if attempts.speed is not None else {}),
+            "tier": outcome.tier,
+            "route": outcome.route,
+            "reason": outcome.reason,
+            "escalated": outcome.escalated,
+            "mistakes": list(outcome.mistakes),
+            "tiers": list(outcome.tried),
+            **({"skipped": list(outcome.skipped)} if outcome.skipped else {}),
+            "repaired": outcome.repaired,
+            "exhausted": outcome.exhausted,
+            **({"signs": list(outcome.signs)} if outcome.signs else {}),
+            "salvaged": outcome.salvaged,
+            **({"looped": True} if outcome.looped else {}),
+            "verified": list(outcome.verdicts),
+            "lane": outcome.lane,
+            "prompt_tokens": {"evaluated": outcome.prompt_evaluated, "reused": outcome.prompt_reused},
+            **({"repeat": outcome.repeat} if outcome.repeat else {}),
+            **({"sampled": outcome.sampled} if outcome.sampled else {}),
+            **({"speed": outcome.speed.served} if outcome.speed is not None else {}),
             **(
-                {"speed_fallback": attempts.speed.fallback}
-                if attempts.speed is not None and attempts.speed.fallback
+                {"speed_fallback": outcome.speed.fallback}
+                if outcome.speed is not None and outcome.speed.fallback
                 else {}
             ),
         }
@@ -82,6 +83,6 @@ def speed_header(speed: Speed) -> str:
     return f"{speed.served}; fallback={speed.fallback}" if speed.fallback else speed.served
 
 
-def prompt_tokens(attempts: Attempts) -> str:
+def prompt_tokens(outcome: Outcome) -> str:
     """The tiers' servers' own count of the call's prompt: `evaluated=N reused=M` (from their cache)."""
-    return f"evaluated={attempts.prompt_evaluated} reused={attempts.prompt_reused}"
+    return f"evaluated={outcome.prompt_evaluated} reused={outcome.prompt_reused}"

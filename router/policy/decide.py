@@ -53,7 +53,7 @@ class Live:
     degraded: Mapping[tuple[str, str], float] = field(default_factory=dict)
     # adaptive routing: (route, tool) → calls diverted so far (every probe_every-th one probes)
     diverted: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    # tier → its context window in tokens, where known (router/core/context.py)
+    # tier → its context window in tokens, where known (router/core/live/context.py)
     windows: Mapping[str, int] = field(default_factory=dict)
 
 

@@ -26,7 +26,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from router.errors import redact
-from router.policy.model import Policy, reference_problems
+from router.policy.model import Policy
+from router.policy.references import reference_problems
 
 __all__ = ["PolicyError", "check_file", "load_policy", "parse_policy"]
 

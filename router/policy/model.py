@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 
 from router.mistakes import ESCALATE_BY_DEFAULT, MISTAKE_KINDS, MistakeKind  # noqa: F401 (MISTAKE_KINDS: named here too)
+from router.policy.references import reference_problems
 from router.policy.route import Route
 from router.policy.strict import PositiveFloat, Strict
 
@@ -29,7 +30,7 @@ class Timeouts(Strict):
 
 
 class Breaker(Strict):
-    """When the router stops calling a tier for a while (router/core/breaker.py): after `failures`
+    """When the router stops calling a tier for a while (router/core/live/breaker.py): after `failures`
     upstream errors in a row it is skipped for `cooldown` s, then one trial call goes through;
     each failed trial doubles the cooldown, up to `max_cooldown`."""
 
@@ -60,7 +61,7 @@ class Sessions(Strict):
     warm: bool = Field(
         default=False,
         description="prefill a session's prompt here in the background when another tier answers it, so that "
-        "an escalated or sticky turn evaluates only its new tokens (router/core/warming.py)",
+        "an escalated or sticky turn evaluates only its new tokens (router/core/live/warming.py)",
     )
 
 
@@ -117,7 +118,7 @@ class Tier(Strict):
         default=None,
         ge=1,
         description="prompt tokens this tier takes at most; the least of it and what its server reports "
-        "counts (router/core/context.py). Default: what the server reports (llama-server, vLLM, Anthropic)",
+        "counts (router/core/live/context.py). Default: what the server reports (llama-server, vLLM, Anthropic)",
     )
     speed: Literal["fast"] | None = Field(
         default=None,
@@ -197,7 +198,7 @@ class AfterAgentError(Strict):
 
 class Repeat(Strict):
     """A request identical to one whose every attempt failed the checks — most often the agent retrying
-    the router's retryable `checks_failed` error — is not run the same way again (router/core/repeats.py):
+    the router's retryable `checks_failed` error — is not run the same way again (router/core/live/repeats.py):
     the first `resample` such repeats start on `tier` with every attempt sampled at `temperature`; the
     next one is refused at once (a non-retryable `checks_failed`), as is the error of the last resampled run.
     A `tier` whose params pin temperature 0 would answer a resampled run the same way: none is run."""
@@ -297,7 +298,9 @@ class Policy(Strict):
     store_required: bool = Field(
         True, description="false: serve on (degraded, /readyz 503) when the store cannot be used at start"
     )
-    lanes: dict[str, Lane] = Field(default_factory=dict, description="lanes calls may ask for (router/core/lanes.py)")
+    lanes: dict[str, Lane] = Field(
+        default_factory=dict, description="lanes calls may ask for (router/core/live/lanes.py)"
+    )
     discovery: Discovery = Field(default_factory=Discovery, description="names clients' model pickers keep")
 
     @model_validator(mode="after")
@@ -343,62 +346,3 @@ class Policy(Strict):
         keys = [t.api_key.get_secret_value() for t in self.models.values() if t.api_key]
         keys += [k.get_secret_value() for k in self.client_keys]
         return tuple(k for k in keys if k and k != "none")
-
-
-# Where a route names a tier, as key paths inside the route.
-ROUTE_TIER_REFS: tuple[tuple[str, ...], ...] = (
-    ("use",),
-    ("hedge", "tier"),
-    ("adaptive", "to"),
-    ("verify", "tier"),
-    ("shadow", "tier"),
-    ("shadow", "judge"),
-)
-
-
-def reference_problems(
-    tiers: Iterable[str],
-    aliases: Mapping[str, Any],
-    routes: Sequence[Any],
-    escalation_to: Any,
-    repeat_tier: Any = None,
-) -> list[tuple[tuple[str | int, ...], str]]:
-    """Every reference to a tier that does not exist, and every repeated route name, as (loc, message).
-
-    `routes` are plain mappings (a route's `model_dump()`, or the raw file). Shared by `Policy`'s
-    validator and the loader, which runs it on the raw file when other errors stop pydantic before
-    the model validator, so that all problems are reported at once. Values of the wrong type are
-    skipped (field validation reports those).
-    """
-    names = set(tiers)
-    listed = ", ".join(sorted(names))
-    problems: list[tuple[tuple[str | int, ...], str]] = []
-    for alias, target in aliases.items():
-        if isinstance(target, str) and target != "auto" and target not in names:
-            problems.append((("aliases", alias), f"unknown tier {target!r} (tiers: {listed})"))
-    seen: dict[str, int] = {}
-    for i, route in enumerate(routes):
-        if not isinstance(route, Mapping):
-            continue
-        name = route.get("name")
-        for path in ROUTE_TIER_REFS:
-            value: Any = route
-            for key in path:
-                value = value.get(key) if isinstance(value, Mapping) else None
-            if isinstance(value, str) and value not in names:
-                problems.append((("routes", i, *path), f"unknown tier {value!r} (route {name!r})"))
-        if isinstance(name, str):
-            if name in seen:
-                msg = f"duplicate route name {name!r} (first used by routes.{seen[name]})"
-                problems.append((("routes", i, "name"), msg))
-            else:
-                seen[name] = i
-    if isinstance(escalation_to, str) and escalation_to not in names:
-        problems.append((("escalation", "to"), f"unknown tier {escalation_to!r}"))
-    elif isinstance(escalation_to, list):
-        for j, tier in enumerate(escalation_to):
-            if isinstance(tier, str) and tier not in names:
-                problems.append((("escalation", "to", j), f"unknown tier {tier!r}"))
-    if isinstance(repeat_tier, str) and repeat_tier not in names:
-        problems.append((("escalation", "repeat", "tier"), f"unknown tier {repeat_tier!r}"))
-    return problems

@@ -98,7 +98,7 @@ class Verify(Strict):
 class Shadow(Strict):
     """Also send a share of this route's answered calls to a reference tier, in the background (the
     client never waits), have a judge compare the two answers, and keep the redacted sample for
-    `agent-router qa` and the stats' `shadow` key (router/core/shadow.py). Calls answered by the
+    `agent-router qa` and the stats' `shadow` key (router/core/live/shadow.py). Calls answered by the
     reference tier itself are not shadowed."""
 
     rate: float = Field(default=0.05, ge=0, le=1, description="share of answered calls shadowed")

@@ -6,7 +6,7 @@
     turn.py        one request whatever the transport: resolve, translate, run, remember
 
 Response histories for previous_response_id (bounded caches, the store behind them) are in
-router/core/response_state.py; tiers that serve Responses themselves (`apis: [responses]`) are
+router/core/live/response_state.py; tiers that serve Responses themselves (`apis: [responses]`) are
 passed the request as it came by router/upstream/openai_compat.py, whose answers the checks read
 through router/upstream/responses_view.py.
 

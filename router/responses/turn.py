@@ -5,7 +5,7 @@
     prepare(request, headers, prev)    → Turn: the chat body as a `Call` (with the request itself, `native_body`,
                                        for tiers that serve Responses: router/upstream/openai_compat.py),
                                        the new messages, the session
-    complete(runtime, turn, save)      → (attempts, Response object)       non-streaming
+    complete(runtime, turn, save)      → (outcome, Response object)        non-streaming
     events(turn, attempts, chunks, save) → Responses events of a pipeline stream
     warm_up(turn, save, upstream)      → created + completed events of `generate: false`
     prewarm(runtime, turn)             `generate: false` passed on to the tier the request would go to,
@@ -13,7 +13,7 @@
     turn_state(headers)                Codex's `x-codex-turn-state`, echoed
     failed(turn, exc)                  → created, in_progress, `response.failed`: a prompt no tier's
                                        context takes, on a stream (OpenAI's way; Codex compacts on it)
-    left_out(router, turn, trace)      what the answering tier was not sent (counted; the header)
+    left_out(runtime, turn, outcome)   what the answering tier was not sent (counted; the header)
 
 The pipeline does routing, validation, escalation and recording; nothing here repeats it. `save`
 receives the history through this response before its final event is sent, so a client that sends
@@ -37,11 +37,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from router.core.call import Call
-from router.core.lanes import LANE_FIELDS
-from router.core.response_state import ResponseCache, ResponseState, Stored, stored
+from router.core.live.lanes import LANE_FIELDS
+from router.core.live.response_state import ResponseCache, ResponseState, Stored, stored
 from router.errors import BadRequest, ContextExceeded, RouterError
 from router.flow import pipeline
 from router.flow.attempts import Attempts
+from router.flow.outcome import Outcome
 from router.flow.summary import summary
 from router.policy.decide import features_of
 from router.policy.model import Policy
@@ -138,11 +139,11 @@ def prepare(
     return Turn(request, new_id("resp"), int(time.time()), call, history, t.new, t.tools, dict(t.left_out))
 
 
-def left_out(runtime: Runtime, turn: Turn, attempts: Attempts) -> dict[str, str]:
+def left_out(runtime: Runtime, turn: Turn, outcome: Outcome) -> dict[str, str]:
     """What the tier answering `attempts` was not sent of this request: counted in `router_left_out_total`,
     its tool types named in the `x-router-dropped-tools` header. Nothing when that tier took the request
     as it came (`apis: [responses]`): only a chat tier's view leaves things out."""
-    if attempts.answered_natively or not turn.left_out:
+    if outcome.native or not turn.left_out:
         return {}
     runtime.metrics.observe_left_out("responses", turn.left_out)
     return left_out_headers(turn)
@@ -164,8 +165,8 @@ def passes_through(policy: Policy) -> bool:
     return any("responses" in tier.apis for tier in policy.models.values())
 
 
-async def complete(runtime: Runtime, turn: Turn, save: Save) -> tuple[Attempts, dict[str, Any]]:
-    attempts, reply = await pipeline.complete(runtime, turn.call)
+async def complete(runtime: Runtime, turn: Turn, save: Save) -> tuple[Outcome, dict[str, Any]]:
+    outcome, reply = await pipeline.complete(runtime, turn.call)
     choices = reply.data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
@@ -181,8 +182,8 @@ async def complete(runtime: Runtime, turn: Turn, save: Save) -> tuple[Attempts, 
         finish_reason=choice.get("finish_reason"),
     )
     answered = reply.native.get("id") if reply.native is not None else None
-    save(turn.remember(output, _upstream(attempts, answered)))
-    return attempts, response
+    save(turn.remember(output, _upstream(outcome, answered)))
+    return outcome, response
 
 
 def event_builder(turn: Turn) -> EventBuilder:
@@ -210,7 +211,8 @@ async def events(
             for ev in _feed(b, chunk):
                 yield ev
     except RouterError as exc:
-        yield {**b.error(exc), "router": orjson.loads(summary(attempts))}  # the routing, as on `response.completed`
+        # the routing, as on `response.completed`
+        yield {**b.error(exc), "router": orjson.loads(summary(attempts.outcome()))}
         return
     except Exception as exc:  # no traceback: it could carry request data or upstream details
         log.error("unexpected %s while streaming response %s", type(exc).__name__, turn.id)
@@ -221,16 +223,17 @@ async def events(
             await aclose()
     for ev in b.close():
         yield ev
-    save(turn.remember(b.output, _upstream(attempts, answered)))
-    yield b.final(router=orjson.loads(summary(attempts)))
+    outcome = attempts.outcome()
+    save(turn.remember(b.output, _upstream(outcome, answered)))
+    yield b.final(router=orjson.loads(summary(outcome)))
 
 
-def _upstream(attempts: Attempts, answered: Any) -> tuple[str, str] | None:
+def _upstream(outcome: Outcome, answered: Any) -> tuple[str, str] | None:
     """(tier, the upstream's id) when this response is that one native answer unchanged: one attempt,
     the client's request as it came, nothing salvaged."""
-    if not isinstance(answered, str) or not answered or len(attempts.tried) != 1 or attempts.salvaged:
+    if not isinstance(answered, str) or not answered or len(outcome.tried) != 1 or outcome.salvaged:
         return None
-    return (attempts.tier, answered) if attempts.answered_natively else None
+    return (outcome.tier, answered) if outcome.native else None
 
 
 def _feed(b: EventBuilder, chunk: Chunk) -> list[Event]:

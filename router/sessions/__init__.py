@@ -18,18 +18,18 @@ failures that repeat. This package is where the concept lives:
 What the router holds per session, and where:
 
     stickiness        after an agent-reported error, the next calls go to the escalation tier:
-                      router/core/feedback.py, kept in the store (`sticky_set` / `sticky_take`)
+                      router/flow/feedback.py, kept in the store (`sticky_set` / `sticky_take`)
     routed calls      which tier made each tool call the agent got, to attribute the errors it
                       reports later: the store (`routed_put` / `routed_take`)
     response chains   Responses `previous_response_id` → the conversation so far:
-                      router/core/response_state.py, the store's responses
+                      router/core/live/response_state.py, the store's responses
     prefix affinity   slot and replica per tier: affinity.py, in the tier's client (process-local)
     upstream sockets  per tier with `websocket: true`: the socket, the upstream's own id of its last
                       response (a turn continuing it sends only its new input), HTTP until when after a
                       failure: sockets.py, in the tier's client (process-local); which upstream answer a
                       response is: `Stored.upstream` in the response state, in the process only
     warm prefixes     tiers a session may be escalated to keep its prefix, prefilled in the
-                      background: router/core/warming.py
+                      background: router/core/live/warming.py
     reasoning state   which model made each thinking block and encrypted reasoning item the agent
                       replays: marked in the values themselves as they are delivered (provenance.py),
                       read back by each tier's client (router/upstream/anthropic.py, openai_compat.py),

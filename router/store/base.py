@@ -135,7 +135,7 @@ FALLBACK_PREFIX = "fast_fallback_"
 
 # -- shadow samples -------------------------------------------------------------------------------
 # Not mistakes nor answers either: the outcome of one shadow comparison of a route's answer
-# (router/core/shadow.py), counted per route under the `"shadow"` key of stats.
+# (router/core/live/shadow.py), counted per route under the `"shadow"` key of stats.
 SHADOW_PREFIX = "shadow_"
 SHADOW_AGREE, SHADOW_DISAGREE, SHADOW_UNSURE, SHADOW_ERROR = (
     f"{SHADOW_PREFIX}{o}" for o in ("agree", "disagree", "unsure", "error")
@@ -164,7 +164,7 @@ def shadow_json(outcomes: dict[str, int]) -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One call of a route kept for quality checks (shadow mode, `agent-router qa`): the request and
-    answers are redacted before they are stored (router/core/shadow.py)."""
+    answers are redacted before they are stored (router/core/live/shadow.py)."""
 
     route: str
     tier: str  # the tier whose answer the client got
@@ -180,7 +180,7 @@ class Sample:
 # -- end of shadow samples ------------------------------------------------------------------------
 
 
-# Not mistakes either: calls that asked for a lane, by outcome (router/core/lanes.py); `route` holds the lane.
+# Not mistakes either: calls that asked for a lane, by outcome (router/core/live/lanes.py); `route` holds the lane.
 LANE_PREFIX = "lane_"
 LANE_OUTCOMES = ("served", "standard", "capped", "refused", "busy")
 

@@ -1,5 +1,5 @@
 """Response state in the store: what `previous_response_id` resolves to on a new connection, on
-another replica, or after a restart. router/core/response_state.py keeps the caches in front of it.
+another replica, or after a restart. router/core/live/response_state.py keeps the caches in front of it.
 
     responses_put(records)   write in order (off the request path); an outcome per record, never raises
     responses_get(id)        the chain's messages and session; None when unknown or expired;

@@ -6,7 +6,7 @@
     samples_get(route, limit)     newest first
     samples_routes()              routes with samples
 
-What a sample holds was redacted before it got here (router/core/shadow.py); stores only keep it.
+What a sample holds was redacted before it got here (router/core/live/shadow.py); stores only keep it.
 
 Backends
   memory   `MemorySamples`: per route a dict id → sample, pruned on every put and get.

@@ -2,7 +2,7 @@
 
 `Answer.add(data)` takes each `chat.completion.chunk` in order; `message()` is the assistant message
 so far and `completion()` the whole answer as a `chat.completion`, as a call that was not streamed
-would have had it. The pipeline's `Gate` (router/core/streaming.py) judges streams with it, and a
+would have had it. The pipeline's `Gate` (router/flow/streaming.py) judges streams with it, and a
 tier read as a stream for a whole answer (`cut_loops`, router/upstream/loops.py) answers with it.
 """
 

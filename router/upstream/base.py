@@ -140,7 +140,7 @@ class NativeUpstream(Upstream, Protocol):
 
 class Prefills(Protocol):
     """A tier that can read a prompt into its cache without answering it (a session's warm-up,
-    router/core/warming.py)."""
+    router/core/live/warming.py)."""
 
     async def prefill(self, body: dict[str, Any], session: Session, deadline: float) -> None: ...
 
@@ -165,7 +165,7 @@ def prefills(upstream: Upstream) -> TypeGuard[Prefills]:
 
 class Scores(Protocol):
     """A tier that can score a call: the log-probabilities of its tokens given the request, read in
-    one prefill (the `score` verifier, router/core/verify.py; how: router/upstream/scoring.py)."""
+    one prefill (the `score` verifier, router/core/checks/verify.py; how: router/upstream/scoring.py)."""
 
     async def score_call(
         self, body: dict[str, Any], call: dict[str, Any], deadline: float, session: Session | None, via: str

@@ -2,7 +2,7 @@
 
 A tier keeps each session's prompt prefix where its policy says (`sessions`, router/sessions/affinity.py):
 on one replica of an `api_base` list, and on llama.cpp's llama-server in one slot (`id_slot` +
-`cache_prompt`); `prefill` reads a session's prompt into its slot ahead of a call (router/core/warming.py).
+`cache_prompt`); `prefill` reads a session's prompt into its slot ahead of a call (router/core/live/warming.py).
 The server's own count of each prompt — tokens evaluated and reused — comes with the answer (`Prompt`).
 What a request becomes on the tier — its defaults, params and model, its output cap, its
 `service_tier` (Anthropic's `speed` never: no OpenAI API takes it) — is `TierBody`'s (openai_body.py);
@@ -41,7 +41,8 @@ from router.sessions.affinity import Affinity, Lease
 from router.sessions.provenance import mark_items, model_tag
 from router.upstream import llama_cpp, scoring
 from router.upstream.answer import Answer
-from router.upstream.base import Chunk, Limits, Native, Prompt, Reply, chat_usage, token_count
+from router.upstream.base import Chunk, Limits, Native, Reply, chat_usage
+from router.upstream.chat_view import drop_legacy_call, malformed, prompt_of, without_repeated_heads
 from router.upstream.context import props_window, served_window
 from router.upstream.http import PooledHTTP
 from router.upstream.loops import Loop
@@ -124,7 +125,7 @@ class OpenAICompatUpstream(PooledHTTP):
             answer.usage = chat_usage(prompt, loop.deltas)
             self._looped(loop.deltas)
         data = answer.completion()
-        if problem := _malformed(data, "message"):
+        if problem := malformed(data, "message"):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
         self.llama_cpp = self.llama_cpp or answer.timings is not None
         return Reply(data, prompt=prompt_of(data), speed=speed, looped=loop.looped)
@@ -137,7 +138,7 @@ class OpenAICompatUpstream(PooledHTTP):
 
     def _events(self, url: str, payload: bytes, deadline: float) -> AsyncGenerator[Chunk, None]:
         heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
-        return self.post_events(url, payload, deadline, lambda r: _without_repeated_heads(self._chunk(r), heads))
+        return self.post_events(url, payload, deadline, lambda r: without_repeated_heads(self._chunk(r), heads))
 
     def _watched(self, chunks: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:
         """`chunks`, ended where the answer loops when the tier says `cut_loops`: a finish chunk
@@ -184,7 +185,7 @@ class OpenAICompatUpstream(PooledHTTP):
 
     async def prefill(self, body: dict[str, Any], session: Session, deadline: float) -> None:
         """Read `body`'s prompt into the session's slot (or replica) and answer nothing: a warm-up
-        (router/core/warming.py). One token is generated: a server evaluates a prompt for an answer."""
+        (router/core/live/warming.py). One token is generated: a server evaluates a prompt for an answer."""
         lease = self.affinity.place(session)
         try:
             warm = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "n", "logprobs")}
@@ -241,11 +242,11 @@ class OpenAICompatUpstream(PooledHTTP):
             self.llama_cpp = self.llama_cpp or (isinstance(models, dict) and llama_cpp.is_llama_cpp(models))
 
     def _reply(self, raw: bytes, data: dict[str, Any], legacy: bool = False) -> Reply:
-        if problem := _malformed(data, "message"):
+        if problem := malformed(data, "message"):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
         self.llama_cpp = self.llama_cpp or "timings" in data
         prompt, speed = prompt_of(data), served(data.get("service_tier"))
-        if not legacy and _drop_legacy_call(data):
+        if not legacy and drop_legacy_call(data):
             return Reply(data, prompt=prompt, speed=speed)  # re-encoded without it
         return Reply(data, raw, prompt=prompt, speed=speed)
 
@@ -304,7 +305,7 @@ class OpenAICompatUpstream(PooledHTTP):
         if "error" in data and "choices" not in data:
             message = upstream_text(str((data.get("error") or {}).get("message", "")), self._secrets)
             raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)
-        if problem := _malformed(data, "delta"):
+        if problem := malformed(data, "delta"):
             raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event ({problem})", tier=self.tier)
         prompt = prompt_of(data) if "usage" in data or "timings" in data else None
         tier = data.get("service_tier")  # OpenAI's: in every chunk
@@ -346,19 +347,6 @@ class OpenAICompatUpstream(PooledHTTP):
         return len(tokens) if isinstance(tokens, list) else None
 
 
-def prompt_of(data: dict[str, Any]) -> Prompt | None:
-    """The server's own count of the prompt: llama.cpp's `timings` (`prompt_n` evaluated, `cache_n`
-    reused), else OpenAI's `usage.prompt_tokens_details.cached_tokens` (OpenAI, vLLM, SGLang)."""
-    timings = data.get("timings")
-    if isinstance(timings, dict) and "prompt_n" in timings:
-        return Prompt(token_count(timings.get("prompt_n")), token_count(timings.get("cache_n")))
-    usage = data.get("usage")
-    if not isinstance(usage, dict) or "prompt_tokens" not in usage:
-        return None
-    details = usage.get("prompt_tokens_details")
-    cached = token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    return Prompt(max(0, token_count(usage.get("prompt_tokens")) - cached), cached)
-
 def _as_reply(raw: bytes, data: dict[str, Any]) -> Reply:
     return Reply(data, raw)
 
@@ -369,69 +357,3 @@ def _response(raw: bytes, response: dict[str, Any], tools: ToolMap, tag: str) ->
     marked = mark_items(response["output"], tag)  # its encrypted reasoning, marked with the tier's model
     speed = served(response.get("service_tier"))
     return Reply(completion_of(response, tools), None if marked else raw, native=response, speed=speed)
-
-
-def _drop_legacy_call(data: dict[str, Any]) -> bool:
-    """Remove the legacy `function_call` that llama-cpp-python writes beside `tool_calls` (with a
-    stray ':' in its name) from an answer to a request that offered `tools`: such a client asked
-    for tool calls, which are checked; the unchecked copy is not sent. True if anything was removed."""
-    removed = False
-    for choice in data.get("choices") or ():
-        message = choice.get("message") if isinstance(choice, dict) else None
-        if isinstance(message, dict) and message.get("tool_calls") and "function_call" in message:
-            del message["function_call"]
-            removed = True
-    return removed
-
-
-def _malformed(data: dict[str, Any], part: str) -> str | None:
-    """What makes an answer (`part` "message") or a chunk ("delta") unusable: a field the router reads
-    with the wrong type. Missing fields are not malformed (the checks judge what is missing)."""
-    choices = data.get("choices")
-    if choices is None:
-        return None
-    if not isinstance(choices, list):
-        return "'choices' is not an array"
-    for choice in choices:
-        if not isinstance(choice, dict):
-            return "a choice is not an object"
-        inner = choice.get(part)
-        if inner is None:
-            continue
-        if not isinstance(inner, dict):
-            return f"'{part}' is not an object"
-        calls = inner.get("tool_calls")
-        if calls is None:
-            continue
-        if not isinstance(calls, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("function") or {}, dict) and type(c.get("index", 0)) is int
-            for c in calls
-        ):
-            return "'tool_calls' is not an array of call objects"
-    return None
-
-
-def _without_repeated_heads(chunk: Chunk, heads: dict[int, str]) -> Chunk:
-    """OpenAI sends a tool call's id and name once, in its first delta; some servers (llama.cpp's
-    Python server) repeat them in every delta, which clients would concatenate into `namename…`.
-    Drop the repeats so that everything downstream sees standard deltas."""
-    choices = chunk.data.get("choices")
-    if not choices or not isinstance(choices[0], dict):
-        return chunk
-    calls = (choices[0].get("delta") or {}).get("tool_calls")
-    if not calls:
-        return chunk
-    changed = False
-    for tc in calls:
-        if not isinstance(tc, dict) or not (call_id := tc.get("id")):
-            continue
-        index = tc.get("index", 0)
-        if heads.get(index) == call_id:
-            tc.pop("id")
-            tc.pop("type", None)
-            if isinstance(fn := tc.get("function"), dict):
-                fn.pop("name", None)
-            changed = True
-        else:
-            heads[index] = call_id
-    return Chunk(chunk.data, None) if changed else chunk

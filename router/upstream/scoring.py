@@ -1,5 +1,5 @@
 """How an OpenAI-compatible server scores a call, for the one-prefill verifier (`verify: {kind: score}`,
-router/core/verify.py): the full model *scores* the fast model's call instead of answering again —
+router/core/checks/verify.py): the full model *scores* the fast model's call instead of answering again —
 the idea of speculative decoding applied to tool calls. A tier that can (`Scores`, router/upstream/
 base.py) answers `score_call`; OpenAICompatUpstream does it with the functions here.
 
@@ -16,7 +16,7 @@ at or above `threshold`. Two ways to ask for it (`verify.via`):
              `n_probs: 1, post_sampling_probs: false`: each forced token's log-probability under the
              raw logits, in the session's slot (router/sessions/affinity.py). One decode step per
              call token, and a prefill of only what the slot does not hold yet: on a session whose
-             prompt the tier keeps (a warm prefix, router/core/warming.py) that is the fast call
+             prompt the tier keeps (a warm prefix, router/core/live/warming.py) that is the fast call
              itself; the prompt stays in the slot, so a full answer after a rejection reuses it too.
 
     chatml_prompt(messages, tools)   Qwen2.5's ChatML with its tool block, exactly as its GGUF

@@ -12,7 +12,7 @@ calls before its final text. What must hold:
   the test);
 - the retries the agents make are not futile: every retry of a request the router answered with
   `checks_failed` (its every attempt failed the checks) is run differently — resampled — or refused
-  at once (router/core/repeats.py). Retries are found here from the requests as they came, not from
+  at once (router/core/live/repeats.py). Retries are found here from the requests as they came, not from
   the router's own memory: a later request asking the same question — its JSON, but for fields that
   do not change what a greedy model answers (`SAME_QUESTION`: Claude Code retries a failed stream
   unstreamed with a smaller `max_tokens`; Codex's metadata changes order and carries a timestamp) —

@@ -1,6 +1,6 @@
 """Failures an agent can live with, over every API: a call whose every attempt failed the checks tells
 the client its routing (`x-router-*` headers) and, in a stream, what it already has; a repeat of it is
-resampled, then refused at once (router/core/repeats.py); a WebSocket turn has its access log line;
+resampled, then refused at once (router/core/live/repeats.py); a WebSocket turn has its access log line;
 streamed text names a namespaced tool as the client does. Real servers: the router in front of fakes.
 """
 

@@ -16,7 +16,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from router.core.validate import Validator
+from router.core.checks.validate import Validator
 from router.fake import FakeConfig
 from router.flow.salvage import salvaged_message
 from tests.api.helpers import TOOLS, USER, assert_valid_weather_call, fake_requests, get, post, stream_reassembled

@@ -20,7 +20,7 @@ import aiohttp
 import openai
 import pytest
 
-from router.core.adaptive import AdaptiveState
+from router.core.live.adaptive import AdaptiveState
 from router.fake import FakeConfig, FakeServer
 from router.policy.decide import Decision, Features, Live, decide
 from router.policy.model import Policy

@@ -1,4 +1,4 @@
-"""The breaker's state machine (router/core/breaker.py) on a clock the test moves: closed → open
+"""The breaker's state machine (router/core/live/breaker.py) on a clock the test moves: closed → open
 after `failures` upstream errors in a row → half-open after `cooldown` (one trial) → closed on an
 answer, open again for longer on a failure. The pipeline's use of it: tests/fault/test_breaker.py."""
 
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from router.core.breaker import Breakers, Circuit
+from router.core.live.breaker import Breakers, Circuit
 from router.metrics import Metrics
 from router.policy.model import Breaker
 

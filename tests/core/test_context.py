@@ -1,4 +1,4 @@
-"""router/core/context.py: which context window counts for each tier — the policy's, its server's
+"""router/core/live/context.py: which context window counts for each tier — the policy's, its server's
 report, its errors' word — asked of real servers (the fake upstream with a llama-server context)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import logging
 import socket
 from typing import Any
 
-from router.core.context import Windows
+from router.core.live.context import Windows
 from router.fake import FakeConfig, start_fake
 from router.policy.loader import parse_policy
 from router.policy.model import Policy

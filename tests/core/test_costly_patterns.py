@@ -8,8 +8,8 @@ from typing import Any
 import jsonschema_rs
 import pytest
 
-from router.core import schemas
-from router.core.validate import SchemaTooCostly, Validator
+from router.core.checks import schemas
+from router.core.checks.validate import SchemaTooCostly, Validator
 
 COSTLY = r"[\w\W]{50000}"  # Python's `re` reads it; too large for the linear-time engine
 

@@ -1,4 +1,4 @@
-"""Fast-mode lanes (router/core/lanes.py): the pure choice, the policy view, and real calls through the
+"""Fast-mode lanes (router/core/live/lanes.py): the pure choice, the policy view, and real calls through the
 proxy with the openai and anthropic SDKs in front of fake upstreams."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pydantic
 import pytest
 
 from router.core.call import chat_call
-from router.core.lanes import STANDARD_LANE, asked, choose, lane_policy
+from router.core.live.lanes import STANDARD_LANE, asked, choose, lane_policy
 from router.fake import FakeConfig
 from router.policy.loader import parse_policy
 from tests.api.helpers import USER, client, fake_requests, get, post

@@ -1,4 +1,4 @@
-"""A request whose every attempt failed the checks is not run the same way again (router/core/repeats.py,
+"""A request whose every attempt failed the checks is not run the same way again (router/core/live/repeats.py,
 the policy's `escalation.repeat`): its repeats are resampled on the strongest tier, then refused at once.
 The memory itself (bounded, with a TTL), then the rule through the pipeline with scripted tiers."""
 
@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from router.core.call import Call, chat_call
-from router.core.repeats import Repeats, digest, resampled
+from router.core.live.repeats import Repeats, digest, resampled
 from router.errors import ChecksFailed, ChecksFailedRepeatedly
 from router.flow import pipeline
 from router.flow.summary import error_headers, router_headers, summary
@@ -100,13 +100,13 @@ async def test_a_repeat_is_resampled_on_the_strongest_tier_and_forgotten_once_it
         with pytest.raises(ChecksFailed) as first:
             await pipeline.complete(runtime, ask("weather?", tools=True))
         assert first.value.should_retry and "run again resampled" in first.value.message
-        assert first.value.attempts is not None and router_headers(first.value.attempts)["x-router-exhausted"] == "true"
+        assert first.value.outcome is not None and router_headers(first.value.outcome)["x-router-exhausted"] == "true"
         attempts, reply = await pipeline.complete(runtime, ask("weather?", tools=True))  # the agent's retry
-        assert attempts.repeat == "resampled" and attempts.tried == ["full"] and reply.data["model"] == "full"
+        assert attempts.repeat == "resampled" and attempts.tried == ("full",) and reply.data["model"] == "full"
         assert router_headers(attempts)["x-router-repeat"] == "resampled"
         assert orjson.loads(summary(attempts))["repeat"] == "resampled"
         attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))  # passed: forgotten
-        assert attempts.repeat is None and attempts.tried == ["fast"]
+        assert attempts.repeat is None and attempts.tried == ("fast",)
         assert (counted(runtime, "resampled"), counted(runtime, "answered"), counted(runtime, "refused")) == (1, 1, 0)
     assert [("temperature" in b, "seed" in b) for b in fast.bodies] == [(False, False), (False, False)]
     assert full.bodies[0].get("temperature") is None  # the first run's escalation: as the client asked
@@ -121,7 +121,7 @@ async def test_a_resampled_run_keeps_to_its_tier_and_the_last_one_tells_the_clie
         with pytest.raises(ChecksFailedRepeatedly) as last:
             await pipeline.complete(runtime, ask("weather?", tools=True))
         assert not last.value.should_retry and "in each of its last 2 runs" in last.value.message
-        assert last.value.attempts.tried == ["full", "full"]  # both attempts on the resample tier, sampled
+        assert last.value.outcome.tried == ("full", "full")  # both attempts on the resample tier, sampled
         with pytest.raises(ChecksFailedRepeatedly) as refused:
             await pipeline.complete(runtime, ask("weather?", tools=True))
         headers = error_headers(refused.value)
@@ -139,13 +139,13 @@ async def test_resample_zero_refuses_the_first_repeat_and_null_runs_repeats_as_t
             await pipeline.complete(runtime, ask("weather?", tools=True))
         with pytest.raises(ChecksFailedRepeatedly) as refused:
             await pipeline.complete(runtime, ask("weather?", tools=True))
-        assert refused.value.attempts.tried == []
+        assert refused.value.outcome.tried == ()
     fast, full = Scripted("fast", [BAD, BAD]), Scripted("full", [BAD, BAD])
     async with started(policy("null"), tmp_path, fast=fast, full=full) as runtime:
         for _ in range(2):
             with pytest.raises(ChecksFailed) as failed:
                 await pipeline.complete(runtime, ask("weather?", tools=True))
-            assert failed.value.should_retry and failed.value.attempts.repeat is None
+            assert failed.value.should_retry and failed.value.outcome.repeat is None
         assert len(runtime.repeats) == 0
     assert [b.get("temperature") for b in fast.bodies + full.bodies] == [None] * 4
 
@@ -157,7 +157,7 @@ async def test_the_repeat_tier_is_the_policys_own(tmp_path: Path) -> None:
         with pytest.raises(ChecksFailed):
             await pipeline.complete(runtime, ask("weather?", tools=True))
         attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))
-    assert attempts.tried == ["fast"] and fast.bodies[1]["temperature"] == 0.7
+    assert attempts.tried == ("fast",) and fast.bodies[1]["temperature"] == 0.7
     with pytest.raises(PolicyError) as bad:
         parse_policy(policy("{tier: nowhere}"), "p.yaml", {})
     assert any("escalation.repeat.tier" in e and "unknown tier 'nowhere'" in e for e in bad.value.errors)
@@ -177,7 +177,7 @@ async def test_a_greedy_repeat_tier_stops_the_client_at_once(tmp_path: Path, rep
         assert "fails the same way" in first.value.message and "in each of its last" not in first.value.message
         with pytest.raises(ChecksFailedRepeatedly) as refused:
             await pipeline.complete(runtime, ask("weather?", tools=True))
-        assert refused.value.attempts.tried == [] and error_headers(refused.value)["x-router-repeat"] == "refused"
+        assert refused.value.outcome.tried == () and error_headers(refused.value)["x-router-repeat"] == "refused"
         assert "failed the router's checks in its last run" in refused.value.message
         assert f"answer greedily (temperature 0 on {pinned}" in refused.value.message
         assert (counted(runtime, "resampled"), counted(runtime, "refused")) == (0, 1)
@@ -196,7 +196,7 @@ async def test_a_sampled_variant_of_a_greedy_tier_resamples_its_repeats(tmp_path
             await pipeline.complete(runtime, ask("weather?", tools=True))
         assert first.value.should_retry and "run again resampled" in first.value.message
         attempts, reply = await pipeline.complete(runtime, ask("weather?", tools=True))
-    assert attempts.repeat == "resampled" and attempts.tried == ["full-resample", "full-resample"]
+    assert attempts.repeat == "resampled" and attempts.tried == ("full-resample", "full-resample")
     assert reply.data["model"] == "full-resample"
     assert [b["temperature"] for b in resample.bodies] == [0.7, 0.7]
     assert (len(fast.bodies), len(full.bodies)) == (1, 1)

@@ -1,4 +1,4 @@
-"""Shadow mode (router/core/shadow.py) through a real proxy: the fake upstream is the fast tier, a scripted
+"""Shadow mode (router/core/live/shadow.py) through a real proxy: the fake upstream is the fast tier, a scripted
 server (tests/reference.py) the reference tier and the judge. Nothing of the router is mocked."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import aiohttp
 import orjson
 import pytest
 
-from router.core.compare import Comparison, read_comparison, same_answer
-from router.core.shadow import scrub
+from router.core.checks.compare import Comparison, read_comparison, same_answer
+from router.core.live.shadow import scrub
 from router.fake import FakeServer
 from router.policy.loader import PolicyError, parse_policy
 from router.policy.route import Shadow

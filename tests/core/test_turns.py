@@ -1,10 +1,10 @@
-"""The agent's newest turn and how calls are compared (router/core/turns.py)."""
+"""The agent's newest turn and how calls are compared (router/core/checks/turns.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from router.core.turns import Turn, call_key, newest_turn, tool_calls
+from router.core.checks.turns import Turn, call_key, newest_turn, tool_calls
 
 
 def assistant(*calls: tuple[str, str, str]) -> dict[str, Any]:

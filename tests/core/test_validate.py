@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from router.core.validate import KINDS, Checks, Validator, check
+from router.core.checks.validate import KINDS, Checks, Validator, check
 from router.mistakes import Mistake
 from tests.sweeps import SHELL_TOOLS, SWEEP_CALLS, SWEEP_TEXT, calls, tool
 

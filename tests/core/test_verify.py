@@ -1,4 +1,4 @@
-"""Verifiers (router/core/verify.py) through a real proxy: judge, agree, logprobs.
+"""Verifiers (router/core/checks/verify.py) through a real proxy: judge, agree, logprobs.
 
 The fake upstream cannot judge, so the judge tier (and, for logprobs, the fast tier) is a small
 scripted aiohttp server written here: its answers are a pure function of the request.
@@ -15,8 +15,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from router.core.compare import call_key, normalised, parameter_lines
-from router.core.verify import Verdict, VerdictCache, judge_messages, logprob_measure, read_judgement
+from router.core.checks.compare import call_key, normalised, parameter_lines
+from router.core.checks.verify import Verdict, VerdictCache, judge_messages, logprob_measure, read_judgement
 from router.fake import FakeServer
 from router.policy.loader import PolicyError, parse_policy
 from tests.conftest import Proxy, policy_text, serve_app, upstream_app

@@ -1,4 +1,4 @@
-"""router/core/warming.py: sessions' prompts read ahead on the tiers they may move to, never in a
+"""router/core/live/warming.py: sessions' prompts read ahead on the tiers they may move to, never in a
 live call's way. The tiers are in-process objects that answer `prefill` when a test lets them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from router.core.warming import Warming
+from router.core.live.warming import Warming
 from router.policy.model import Policy
 from router.sessions import Session
 

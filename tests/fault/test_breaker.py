@@ -1,4 +1,4 @@
-"""A tier that keeps failing is skipped for a while (router/core/breaker.py), through a real proxy in
+"""A tier that keeps failing is skipped for a while (router/core/live/breaker.py), through a real proxy in
 front of the fake upstream: `endless` (every answer a JSON body or a stream that never ends, cut at
 its bound) as the routed tier, a healthy tier behind it. After `failures` cuts the next calls go
 straight to the next tier (`tier_open` among the mistakes, nothing read from the endless tier);

@@ -14,8 +14,8 @@ import aiohttp
 import orjson
 import pytest
 
-from router.core.streaming import Gate
 from router.fake import FakeConfig
+from router.flow.streaming import Gate
 from router.upstream.base import Chunk
 from tests.api.helpers import TOOLS, USER, assert_error_body, post, sse, trailer
 from tests.conftest import policy_text

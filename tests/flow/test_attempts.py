@@ -30,7 +30,7 @@ async def test_a_mistake_goes_to_the_stronger_tier(tmp_path: Path) -> None:
     fast, full = Scripted("fast", [BAD_SCHEMA]), Scripted("full", [GOOD])
     async with started(policy(), tmp_path, fast=fast, full=full) as runtime:
         attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))
-    assert attempts.tried == ["fast", "full"] and not attempts.repaired
+    assert attempts.tried == ("fast", "full") and not attempts.repaired
     assert router_headers(attempts)["x-router-escalated"] == "true"
     assert router_headers(attempts)["x-router-mistakes"] == "schema_violation"
     assert "tool_choice" not in full.bodies[0]
@@ -41,7 +41,7 @@ async def test_a_route_that_repairs_asks_the_same_tier_again_with_the_tool_pinne
     fast, full = Scripted("fast", [BAD_SCHEMA, GOOD]), Scripted("full", [])
     async with started(policy(routes=routes), tmp_path, fast=fast, full=full) as runtime:
         attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))
-    assert attempts.tried == ["fast", "fast"] and attempts.repaired and not attempts.escalated
+    assert attempts.tried == ("fast", "fast") and attempts.repaired and not attempts.escalated
     assert "tool_choice" not in fast.bodies[0] and fast.bodies[1]["tool_choice"] == PINNED
     assert not full.bodies
 
@@ -50,7 +50,7 @@ async def test_the_chains_last_tier_is_repaired_then_sampled_afresh(tmp_path: Pa
     full = Scripted("full", [BAD_SCHEMA, BAD_SCHEMA, GOOD])
     async with started(policy(routes=ONLY_FULL), tmp_path, fast=Scripted("fast", []), full=full) as runtime:
         attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))
-    assert attempts.tried == ["full", "full", "full"] and attempts.repaired
+    assert attempts.tried == ("full", "full", "full") and attempts.repaired
     assert "tool_choice" not in full.bodies[0]
     assert full.bodies[1]["tool_choice"] == PINNED  # the one repair of this tier
     assert "tool_choice" not in full.bodies[2]  # then a fresh sample
@@ -60,7 +60,7 @@ async def test_an_unrepairable_mistake_on_the_last_tier_is_sampled_afresh(tmp_pa
     full = Scripted("full", [call("get_forecast", "{}"), GOOD])  # unknown_tool: nothing to pin
     async with started(policy(routes=ONLY_FULL), tmp_path, fast=Scripted("fast", []), full=full) as runtime:
         attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))
-    assert attempts.tried == ["full", "full"] and not attempts.repaired and attempts.mistakes == ["unknown_tool"]
+    assert attempts.tried == ("full", "full") and not attempts.repaired and attempts.mistakes == ("unknown_tool",)
     assert "tool_choice" not in full.bodies[1]
 
 
@@ -89,7 +89,7 @@ async def test_a_greedy_last_tier_is_still_repaired(tmp_path: Path) -> None:
     full = Scripted("full", [BAD_SCHEMA, GOOD])
     async with started(text, tmp_path, fast=Scripted("fast", []), full=full) as runtime:
         attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))
-    assert attempts.tried == ["full", "full"] and attempts.repaired and full.bodies[1]["tool_choice"] == PINNED
+    assert attempts.tried == ("full", "full") and attempts.repaired and full.bodies[1]["tool_choice"] == PINNED
 
 
 async def test_no_attempt_left_is_checks_failed(tmp_path: Path) -> None:
@@ -118,7 +118,7 @@ async def test_an_upstream_error_escalates_like_a_mistake(tmp_path: Path) -> Non
     full = Scripted("full", [GOOD])
     async with started(policy(), tmp_path, fast=fast, full=full) as runtime:
         attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))
-    assert attempts.tried == ["fast", "full"] and attempts.mistakes == ["upstream_error"]
+    assert attempts.tried == ("fast", "full") and attempts.mistakes == ("upstream_error",)
 
 
 # ---------------------------------------------------------------------- a prompt too long for a tier's context
@@ -137,7 +137,7 @@ async def test_a_prompt_too_long_for_a_tier_goes_on_to_a_larger_one_and_is_nobod
         escalated = runtime.metrics.context_exceeded.labels("fast", "escalated")._value.get()
         assert runtime.windows.known()["fast"] == 4096  # what its error said
         assert runtime.breakers.snapshot().get("fast", {}).get("failures", 0) == 0
-    assert attempts.tried == ["fast", "full"] and attempts.mistakes == []
+    assert attempts.tried == ("fast", "full") and attempts.mistakes == ()
     assert escalated == 1
     assert "mistakes" not in stats["tiers"].get("fast", {}) or not stats["tiers"]["fast"]["mistakes"]
 
@@ -154,7 +154,7 @@ async def test_a_prompt_too_long_for_every_tier_is_the_clients_context_error(tmp
     assert (error.prompt_tokens, error.window) == (5000, 8000)  # as full counted it, and full's window
     assert error.anthropic_message == "prompt is too long: 5000 tokens > 8000 maximum"
     assert error.to_body()["error"]["type"] == "invalid_request_error"
-    assert (error.attempts.tier, error.attempts.route, error.attempts.escalated) == ("full", "simple-tool-call", True)
+    assert (error.outcome.tier, error.outcome.route, error.outcome.escalated) == ("full", "simple-tool-call", True)
     assert refused == 1
 
 
@@ -163,8 +163,8 @@ async def test_a_tier_known_to_be_too_small_is_passed_over_before_the_call(tmp_p
     async with started(policy(), tmp_path, fast=fast, full=full) as runtime:
         await runtime.windows.settled(5)
         attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))
-    assert attempts.tried == ["full"] and not fast.bodies and not attempts.escalated
-    assert attempts.route == "simple-tool-call" and "does not fit 'fast'" in attempts.decision.reason
+    assert attempts.tried == ("full",) and not fast.bodies and not attempts.escalated
+    assert attempts.route == "simple-tool-call" and "does not fit 'fast'" in attempts.reason
 
 
 async def test_what_a_context_error_said_routes_the_next_call(tmp_path: Path) -> None:
@@ -172,7 +172,7 @@ async def test_what_a_context_error_said_routes_the_next_call(tmp_path: Path) ->
     async with started(policy(), tmp_path, fast=fast, full=full) as runtime:
         await pipeline.complete(runtime, ask("weather?", tools=True))
         attempts, _ = await pipeline.complete(runtime, ask("weather?", tools=True))
-    assert len(fast.bodies) == 1 and attempts.tried == ["full"]
+    assert len(fast.bodies) == 1 and attempts.tried == ("full",)
 
 
 async def test_with_no_attempt_left_a_prompt_too_long_is_refused_at_once(tmp_path: Path) -> None:

@@ -14,7 +14,9 @@ import pytest
 from router.core.call import Call, chat_call
 from router.errors import ChecksFailed, UpstreamError
 from router.flow import pipeline
+from router.flow.outcome import Outcome
 from router.flow.summary import router_headers
+from router.metrics import Metrics
 from router.upstream.base import Chunk
 from tests.conftest import policy_text
 from tests.scripted import UNUSED, WEATHER, Scripted, call, started, text
@@ -34,7 +36,7 @@ async def test_complete_answers_from_the_routed_tier(tmp_path: Path) -> None:
     fast, full = Scripted("fast", [call("get_weather", '{"city": "Paris"}')]), Scripted("full", [])
     async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
         attempts, reply = await pipeline.complete(runtime, ask("weather in Paris?", tools=True))
-    assert (attempts.tier, attempts.route, attempts.tried) == ("fast", "simple-tool-call", ["fast"])
+    assert (attempts.tier, attempts.route, attempts.tried) == ("fast", "simple-tool-call", ("fast",))
     assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
     assert fast.bodies[0]["messages"][0]["content"] == "weather in Paris?"
     assert fast.started and fast.closed and not full.bodies
@@ -45,7 +47,7 @@ async def test_complete_escalates_a_mistake_to_the_stronger_tier(tmp_path: Path)
     full = Scripted("full", [call("get_weather", '{"city": "Oslo"}')])
     async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
         attempts, reply = await pipeline.complete(runtime, ask("weather in Oslo?", tools=True))
-    assert attempts.tried == ["fast", "full"] and attempts.escalated and attempts.mistakes == ["invalid_json"]
+    assert attempts.tried == ("fast", "full") and attempts.escalated and attempts.mistakes == ("invalid_json",)
     assert reply.data["model"] == "full"
 
 
@@ -55,7 +57,7 @@ async def test_stream_sends_text_as_it_comes_and_hides_an_escalated_call(tmp_pat
     async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
         attempts, chunks = await pipeline.stream(runtime, ask("weather in Rome?", tools=True, stream=True))
         sent = [c.data async for c in chunks]
-    assert attempts.tried == ["fast", "full"]
+    assert attempts.outcome().tried == ("fast", "full")
     deltas = [c["choices"][0]["delta"] for c in sent if c.get("choices")]
     calls = [tc for d in deltas for tc in d.get("tool_calls") or ()]
     assert [tc["function"]["arguments"] for tc in calls] == ['{"city": "Rome"}']  # fast's call never left
@@ -78,7 +80,7 @@ async def test_a_sweep_escalates_and_never_reaches_the_client(tmp_path: Path, an
     fast, full = Scripted("fast", [answer]), Scripted("full", [calls(("grep", GREP))])
     async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
         attempts, reply = await pipeline.complete(runtime, ask_shell())
-    assert attempts.tried == ["fast", "full"] and not attempts.salvaged and not attempts.repaired
+    assert attempts.tried == ("fast", "full") and not attempts.salvaged and not attempts.repaired
     headers = router_headers(attempts)
     assert (headers["x-router-tier"], headers["x-router-mistakes"]) == ("full", "tool_sweep")
     message = reply.data["choices"][0]["message"]
@@ -92,7 +94,8 @@ async def test_a_streamed_sweep_escalates_and_never_reaches_the_client(tmp_path:
     async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
         attempts, chunks = await pipeline.stream(runtime, ask_shell(stream=True))
         sent = [c.data async for c in chunks]
-    assert attempts.tried == ["fast", "full"] and router_headers(attempts)["x-router-mistakes"] == "tool_sweep"
+    outcome = attempts.outcome()
+    assert outcome.tried == ("fast", "full") and router_headers(outcome)["x-router-mistakes"] == "tool_sweep"
     deltas = [c["choices"][0]["delta"] for c in sent if c.get("choices")]
     assert "".join(d.get("content") or "" for d in deltas) == ""  # the held text never left
     names = [tc["function"]["name"] for d in deltas for tc in d.get("tool_calls") or () if "name" in tc["function"]]
@@ -176,7 +179,7 @@ async def test_stream_events_received_before_a_failure_are_sent(tmp_path: Path) 
         body = {"model": "fast", "messages": [{"role": "user", "content": "hi"}], "stream": True}
         attempts, chunks = await pipeline.stream(runtime, chat_call(orjson.dumps(body), {}))
         sent = [c async for c in chunks]
-    assert attempts.tried == ["fast", "full"]
+    assert attempts.outcome().tried == ("fast", "full")
     # fast's text went out before its failure (as one write); full's follows after a blank line (its
     # role delta is dropped: the client had one)
     assert writes(sent) == [["role", "a"], ["empty", "\n\nb"], ["finish:stop"]]
@@ -243,7 +246,7 @@ async def test_a_repeat_of_the_last_turn_goes_to_the_stronger_tier(tmp_path: Pat
     full = Scripted("full", [text("Sent: the total is 370.")])
     async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
         attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
-    assert attempts.tried == ["fast", "full"] and attempts.mistakes == ["repeated_call"]
+    assert attempts.tried == ("fast", "full") and attempts.mistakes == ("repeated_call",)
     assert router_headers(attempts)["x-router-mistakes"] == "repeated_call"
     assert "x-router-signs" not in router_headers(attempts)  # full's answer has none
     assert reply.data["choices"][0]["message"]["content"] == "Sent: the total is 370."
@@ -260,14 +263,15 @@ async def test_the_last_tiers_repeat_is_delivered(tmp_path: Path, stream: bool) 
         asked = chat_call(orjson.dumps({**asked.body, "stream": True}), {})
     async with started(policy, tmp_path, fast=Scripted("fast", []), full=full) as runtime:
         if stream:
-            attempts, chunks = await pipeline.stream(runtime, asked)
+            streaming, chunks = await pipeline.stream(runtime, asked)
             sent = [c.data async for c in chunks]
             made = [tc for c in sent if c.get("choices") for tc in c["choices"][0]["delta"].get("tool_calls") or ()]
             assert [tc["function"]["arguments"] for tc in made if tc["function"].get("arguments")] == [SENT]
+            attempts = streaming.outcome()
         else:
             attempts, reply = await pipeline.complete(runtime, asked)
             assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == SENT
-    assert attempts.tried == ["full"] and attempts.mistakes == ["repeated_call"] and not attempts.exhausted
+    assert attempts.tried == ("full",) and attempts.mistakes == ("repeated_call",) and not attempts.exhausted
     assert len(full.bodies) == 1 and router_headers(attempts)["x-router-signs"] == "repeated_call"
 
 
@@ -288,8 +292,11 @@ def sampled_tiers(*answers: dict[str, Any] | Exception, fast: list[Any] | None =
             "full-resample": Scripted("full-resample", list(answers))}  # fmt: skip
 
 
-async def sampled_run(policy: str, tmp_path: Path, tiers: dict[str, Scripted], stream: bool) -> tuple[Any, str]:
-    """The agent's next request after sending its message: (attempts, the arguments of the call it got)."""
+async def sampled_run(
+    policy: str, tmp_path: Path, tiers: dict[str, Scripted], stream: bool
+) -> tuple[Outcome, str, Metrics]:
+    """The agent's next request after sending its message: (its outcome, the arguments of the call it
+    got, the metrics)."""
     asked = after_a_turn(call("send_message", SENT))
     async with started(policy, tmp_path, **tiers) as runtime:
         if stream:
@@ -298,18 +305,19 @@ async def sampled_run(policy: str, tmp_path: Path, tiers: dict[str, Scripted], s
             sent = [c.data async for c in chunks]
             made = [tc for c in sent if c.get("choices") for tc in c["choices"][0]["delta"].get("tool_calls") or ()]
             assert len({c["id"] for c in sent}) == 1
-            return attempts, "".join(tc["function"].get("arguments") or "" for tc in made)
-        attempts, reply = await pipeline.complete(runtime, asked)
-        return attempts, reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+            return attempts.outcome(), "".join(tc["function"].get("arguments") or "" for tc in made), runtime.metrics
+        outcome, reply = await pipeline.complete(runtime, asked)
+        arguments = reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+        return outcome, arguments, runtime.metrics
 
 
 OUTCOMES = ("sampled", "answered", "fell_back")
 
 
-def samples(attempts: Any, after: str) -> list[float]:
+def samples(metrics: Metrics, outcome: Outcome, after: str) -> list[float]:
     """router_samples_total of the call's route: [sampled, answered, fell_back]."""
-    counter = attempts.parts.metrics.samples
-    return [counter.labels(attempts.route, after, outcome)._value.get() for outcome in OUTCOMES]
+    counter = metrics.samples
+    return [counter.labels(outcome.route, after, how)._value.get() for how in OUTCOMES]
 
 
 # where a sample could not help: no attempt left, the repeat tier is the greedy tier itself, repeats not resampled
@@ -327,7 +335,7 @@ async def test_the_greedy_last_tiers_repeat_gets_one_sampled_attempt(tmp_path: P
     asked = chat_call(orjson.dumps({**after_a_turn(call("send_message", SENT)).body, "seed": 7}), {})
     async with started(sampling(), tmp_path, **tiers) as runtime:
         attempts, reply = await pipeline.complete(runtime, asked)
-    assert attempts.tried == ["full", "full-resample"] and attempts.mistakes == ["repeated_call"]
+    assert attempts.tried == ("full", "full-resample") and attempts.mistakes == ("repeated_call",)
     assert reply.data["choices"][0]["message"]["content"] == "Done: Maria has the total."
     sample = tiers["full-resample"].bodies[0]
     assert sample["temperature"] == 0.7 and "seed" not in sample and "seed" in tiers["full"].bodies[0]
@@ -339,11 +347,11 @@ async def test_the_greedy_last_tiers_repeat_gets_one_sampled_attempt(tmp_path: P
 async def test_a_sampled_repeat_is_delivered(tmp_path: Path, stream: bool) -> None:
     """Sampled, the model polls again: a sign is never refused, and no third attempt is made."""
     tiers = sampled_tiers(call("send_message", SENT, "call_8"))
-    attempts, arguments = await sampled_run(sampling(), tmp_path, tiers, stream)
+    attempts, arguments, metrics = await sampled_run(sampling(), tmp_path, tiers, stream)
     assert arguments == SENT and attempts.tier == "full-resample"
-    assert attempts.tried == ["full", "full-resample"] and attempts.mistakes == ["repeated_call", "repeated_call"]
-    assert not attempts.exhausted and len(tiers["full"].bodies) == 1 and attempts.signs == ["repeated_call"]
-    assert samples(attempts, "sign") == [1, 1, 0]
+    assert attempts.tried == ("full", "full-resample") and attempts.mistakes == ("repeated_call", "repeated_call")
+    assert not attempts.exhausted and len(tiers["full"].bodies) == 1 and attempts.signs == ("repeated_call",)
+    assert samples(metrics, attempts, "sign") == [1, 1, 0]
 
 
 BROKEN = call("send_message", '{"to": "@maria", "text": ')  # cut off: invalid_json
@@ -359,13 +367,13 @@ async def test_a_failed_sample_delivers_the_held_answer(
     """The sample's mistake or error is not answered again: the greedy answer, held meanwhile, is
     delivered with its sign, and never refused."""
     tiers = sampled_tiers(sample)
-    attempts, arguments = await sampled_run(sampling(), tmp_path, tiers, stream)
-    assert arguments == SENT and attempts.tier == "full" and attempts.signs == ["repeated_call"]
-    assert attempts.tried == ["full", "full-resample"] and attempts.mistakes[0] == "repeated_call"
+    attempts, arguments, metrics = await sampled_run(sampling(), tmp_path, tiers, stream)
+    assert arguments == SENT and attempts.tier == "full" and attempts.signs == ("repeated_call",)
+    assert attempts.tried == ("full", "full-resample") and attempts.mistakes[0] == "repeated_call"
     assert attempts.mistakes[1] == ("invalid_json" if isinstance(sample, dict) else "upstream_error")
     assert not attempts.exhausted and not attempts.repaired and len(tiers["full"].bodies) == 1
     assert router_headers(attempts)["x-router-signs"] == "repeated_call"
-    assert samples(attempts, "sign") == [1, 0, 1]
+    assert samples(metrics, attempts, "sign") == [1, 0, 1]
 
 
 async def test_an_escalated_calls_repeat_is_sampled_with_its_last_attempt(tmp_path: Path) -> None:
@@ -376,8 +384,8 @@ async def test_an_escalated_calls_repeat_is_sampled_with_its_last_attempt(tmp_pa
     tiers = sampled_tiers(text("Done: Maria has the total."), fast=[text_call])
     async with started(policy, tmp_path, **tiers) as runtime:
         attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
-    assert attempts.tried == ["fast", "full", "full-resample"]
-    assert attempts.mistakes == ["text_tool_call", "repeated_call"]
+    assert attempts.tried == ("fast", "full", "full-resample")
+    assert attempts.mistakes == ("text_tool_call", "repeated_call")
     assert reply.data["choices"][0]["message"]["content"] == "Done: Maria has the total."
 
 
@@ -388,7 +396,7 @@ async def test_a_repeat_written_as_text_is_salvaged_and_sampled_at_once(tmp_path
     tiers["full"] = Scripted("full", [text('{"name": "send_message", "arguments": ' + SENT + "}")])
     async with started(sampling(), tmp_path, **tiers) as runtime:
         attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
-    assert attempts.tried == ["full", "full-resample"] and attempts.mistakes == ["repeated_call"]
+    assert attempts.tried == ("full", "full-resample") and attempts.mistakes == ("repeated_call",)
     assert attempts.salvaged and not attempts.repaired and attempts.sampled == "sign"
     assert reply.data["choices"][0]["message"]["content"] == "Done: Maria has the total."
 
@@ -398,7 +406,7 @@ async def test_no_sample_where_it_could_not_help(tmp_path: Path, policy: str) ->
     tiers = sampled_tiers(text("unused"))
     async with started(policy, tmp_path, **tiers) as runtime:
         attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
-    assert attempts.tried == ["full"] and attempts.mistakes == ["repeated_call"] and not attempts.exhausted
+    assert attempts.tried == ("full",) and attempts.mistakes == ("repeated_call",) and not attempts.exhausted
     assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == SENT
     assert not tiers["full-resample"].bodies
 
@@ -414,13 +422,13 @@ async def test_the_greedy_last_tiers_mistake_is_sampled_within_the_call(tmp_path
     retry of a 502 would run sampled anyway — so the call goes on to the repeat tier at once."""
     tiers = sampled_tiers(call("send_message", OMAR, "call_8"))
     tiers["full"] = Scripted("full", [text("")])
-    attempts, arguments = await sampled_run(sampling(), tmp_path, tiers, stream)
-    assert arguments == OMAR and attempts.tried == ["full", "full-resample"] and attempts.sampled == "mistake"
-    assert attempts.mistakes == ["empty_response"] and not attempts.exhausted and attempts.signs == []
+    attempts, arguments, metrics = await sampled_run(sampling(), tmp_path, tiers, stream)
+    assert arguments == OMAR and attempts.tried == ("full", "full-resample") and attempts.sampled == "mistake"
+    assert attempts.mistakes == ("empty_response",) and not attempts.exhausted and attempts.signs == ()
     assert tiers["full-resample"].bodies[0]["temperature"] == 0.7
     headers = router_headers(attempts)
     assert headers["x-router-tier"] == "full-resample" and headers["x-router-sampled"] == "mistake"
-    assert samples(attempts, "mistake") == [1, 1, 0]
+    assert samples(metrics, attempts, "mistake") == [1, 1, 0]
 
 
 async def test_a_sampled_call_stays_on_the_repeat_tier_and_its_failure_is_a_502_to_retry(tmp_path: Path) -> None:
@@ -433,10 +441,11 @@ async def test_a_sampled_call_stays_on_the_repeat_tier_and_its_failure_is_a_502_
         with pytest.raises(ChecksFailed) as failed:
             await pipeline.complete(runtime, asked)
         assert failed.value.should_retry and "run again resampled" in failed.value.message
-        assert failed.value.attempts.tried == ["full", "full-resample", "full-resample"]
-        assert samples(failed.value.attempts, "mistake") == [1, 0, 0]  # sampled, and no answer delivered
+        assert failed.value.outcome.tried == ("full", "full-resample", "full-resample")
+        # sampled, and no answer delivered
+        assert samples(runtime.metrics, failed.value.outcome, "mistake") == [1, 0, 0]
         attempts, reply = await pipeline.complete(runtime, asked)
-    assert attempts.repeat == "resampled" and attempts.tried == ["full-resample"]
+    assert attempts.repeat == "resampled" and attempts.tried == ("full-resample",)
     assert reply.data["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == OMAR
     assert not tiers["fast"].bodies and len(tiers["full"].bodies) == 1
 
@@ -448,7 +457,7 @@ async def test_no_sample_of_a_mistake_where_it_could_not_help(tmp_path: Path, po
     async with started(policy, tmp_path, **tiers) as runtime:
         with pytest.raises(ChecksFailed) as failed:
             await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
-    assert failed.value.attempts.tried == ["full"] and failed.value.attempts.exhausted
+    assert failed.value.outcome.tried == ("full",) and failed.value.outcome.exhausted
     assert not tiers["full-resample"].bodies
 
 
@@ -460,9 +469,10 @@ async def test_no_sample_of_a_mistake_once_text_was_streamed(tmp_path: Path) -> 
     asked = after_a_turn(call("send_message", SENT))
     async with started(sampling(), tmp_path, **tiers) as runtime:
         attempts, chunks = await pipeline.stream(runtime, chat_call(orjson.dumps({**asked.body, "stream": True}), {}))
-        with pytest.raises(ChecksFailed):
+        with pytest.raises(ChecksFailed) as failed:
             [c async for c in chunks]
-    assert attempts.tried == ["full", "full"] and attempts.repaired and attempts.streamed
+    outcome = failed.value.outcome
+    assert outcome.tried == ("full", "full") and outcome.repaired and attempts.streamed
     assert not tiers["full-resample"].bodies
 
 
@@ -473,5 +483,5 @@ async def test_a_spray_goes_to_the_stronger_tier(tmp_path: Path) -> None:
     fast, full = Scripted("fast", [spray]), Scripted("full", [once])
     async with started(POLICY, tmp_path, fast=fast, full=full) as runtime:
         attempts, reply = await pipeline.complete(runtime, after_a_turn(call("send_message", SENT)))
-    assert attempts.tried == ["fast", "full"] and attempts.mistakes == ["tool_spray"]
+    assert attempts.tried == ("fast", "full") and attempts.mistakes == ("tool_spray",)
     assert len(reply.data["choices"][0]["message"]["tool_calls"]) == 1

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from router.policy.model import MISTAKE_KINDS, Escalation, Policy, Tier, reference_problems
+from router.policy.model import MISTAKE_KINDS, Escalation, Policy, Tier
+from router.policy.references import reference_problems
 from router.policy.route import ToolsCondition, When
 
 

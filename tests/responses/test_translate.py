@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from router.core.response_state import ResponseCache, ResponseState, stored
+from router.core.live.response_state import ResponseCache, ResponseState, stored
 from router.errors import BadRequest, ForbiddenField
 from router.responses.events import EventBuilder
 from router.responses.items import CARRIED, assistant_message, input_messages, items_of, output_items

@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from router.core.compare import first_call
+from router.core.checks.compare import first_call
 
 OUTCOMES = ("correct", "wrong_tool", "wrong_args", "unneeded_call", "no_call", "malformed", "error")
 FALSE_ACCEPTS = frozenset({"wrong_tool", "wrong_args", "unneeded_call"})

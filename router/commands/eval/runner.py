@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from router.commands.eval.cases import FALSE_ACCEPTS, OUTCOMES, Case, score
-from router.core.compare import first_call
+from router.core.checks.compare import first_call
 
 
 @dataclass

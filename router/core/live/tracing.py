@@ -16,15 +16,15 @@ semantic conventions (`gen_ai.operation.name`, `gen_ai.request.model`, `gen_ai.r
 Prompts and answers are never put in spans, unless `otel_capture_content` (settings) asks for
 them: then `gen_ai.input.messages` and `gen_ai.output.messages`, as JSON, each cut at 64 KiB.
 
-The pipeline calls `start(trace)` once a call is routed, wraps each attempt in `span.attempt(trace)`,
-passes the answer (`span.answer`, JSON) or its chunks (`span.chunk`, streams) and ends with
-`span.end(trace)` in a `finally`, which reads the exception, if any, that is ending the call.
+The pipeline calls `start(attempts)` once a call is routed, wraps each attempt in
+`span.attempt(attempts)` (told its step: `ended(how, error)`), passes the answer (`span.answer`,
+JSON) or its chunks (`span.chunk`, streams) and ends with `span.end(attempts)` in a `finally`, which
+reads the exception, if any, that is ending the call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.metadata
 import importlib.util
 import logging
@@ -37,11 +37,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from router.core.escalate import Escalate
-
 if TYPE_CHECKING:
     from router.core.call import Call
-    from router.core.lanes import Choice
+    from router.core.live.lanes import Choice
     from router.policy.decide import Decision
     from router.policy.model import Policy
     from router.settings import Settings
@@ -69,7 +67,7 @@ class Traced(Protocol):
 
 log = logging.getLogger("router.tracing")
 
-__all__ = ["OFF", "CallSpan", "Tracing", "exporter_of"]
+__all__ = ["OFF", "CallSpan", "Span", "Tracing", "exporter_of"]
 
 CONTENT_MAX = 64 * 1024  # bytes of captured prompt or answer JSON per span (opt-in only)
 EXPORTERS = ("otlp", "console")
@@ -110,8 +108,8 @@ class _Off:
 
     __slots__ = ()
 
-    def attempt(self, attempts: Traced) -> contextlib.nullcontext[None]:
-        return _NULL
+    def attempt(self, attempts: Traced) -> _OffAttempt:
+        return _OFF_ATTEMPT
 
     def answer(self, data: Mapping[str, Any]) -> None:
         pass
@@ -123,8 +121,21 @@ class _Off:
         pass
 
 
+class _OffAttempt:
+    __slots__ = ()
+
+    def __enter__(self) -> _OffAttempt:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def ended(self, how: str, error: BaseException | None = None) -> None:
+        pass
+
+
 OFF = _Off()
-_NULL: contextlib.nullcontext[None] = contextlib.nullcontext()
+_OFF_ATTEMPT = _OffAttempt()
 
 
 class Tracing:
@@ -184,7 +195,7 @@ class Tracing:
         if provider is not None:
             await asyncio.to_thread(provider.shutdown)
 
-    def start(self, attempts: Traced) -> CallSpan | _Off:
+    def start(self, attempts: Traced) -> Span:
         """The span of a routed call, or OFF (tracing off, or this call not sampled: its attempts
         would not be either, and a span that records nothing needs nothing more)."""
         if self._tracer is None:
@@ -320,22 +331,29 @@ class CallSpan:
 class _AttemptSpan:
     """The span of one attempt: kind CLIENT, named after the upstream model it asked."""
 
-    __slots__ = ("_call", "_marks", "_span", "_trace")
+    __slots__ = ("_call", "_error", "_how", "_marks", "_span", "_trace")
 
     def __init__(self, call: CallSpan, attempts: Traced) -> None:
-        self._call, self._trace = call, attempts
+        self._call, self._trace, self._how = call, attempts, ""
+        self._error: BaseException | None = None
         self._marks = (len(attempts.tried), len(attempts.mistakes), len(attempts.verdicts))
         api = call._tracing.api
         parent = api.set_span_in_context(call.span, call._context)
         self._span = call._tracing._tracer.start_span("chat", context=parent, kind=api.SpanKind.CLIENT)
 
-    def __enter__(self) -> None:
-        return None
+    def __enter__(self) -> _AttemptSpan:
+        return self
+
+    def ended(self, how: str, error: BaseException | None = None) -> None:
+        """The attempt's step (`Step.how`: answered, fell_back, escalated, retried, failed; `error`: a
+        failure's, held until the span ends)."""
+        self._how, self._error = how, error
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         span, attempts = self._span, self._trace
         tried, mistakes, verdicts = self._marks
-        outcome = "answered" if exc is None else _attempt_outcome(exc)
+        outcome = _attempt_outcome(exc) if exc is not None else self._how or "answered"
+        exc, self._error = exc or self._error, None  # no reference left to the error (a cycle through its traceback)
         if outcome == "failed":
             assert exc is not None
             api = self._call._tracing.api
@@ -365,11 +383,12 @@ class _AttemptSpan:
 
 
 def _attempt_outcome(exc: BaseException) -> str:
-    if isinstance(exc, Escalate):
-        return "retried" if exc.backoff else "escalated"  # retried: the same tier again after an upstream error
     return "cancelled" if isinstance(exc, GeneratorExit | asyncio.CancelledError) else "failed"
 
 
 def _error_type(exc: BaseException) -> str:
     code = getattr(exc, "code", None)
     return code if isinstance(code, str) and code else type(exc).__name__
+
+
+Span = CallSpan | _Off  # what `Tracing.start` gives: a call's span, or OFF

@@ -5,8 +5,8 @@ answers by `tool_call_id`), right after the assistant message that made the call
 
     … assistant(tool_calls=[a, b]) · tool(a) · tool(b)        ← `newest_turn(messages)`
 
-Two readers: the checks (router/core/validate.py: an answer made only of that turn's calls again is
-`repeated_call`) and the agent's feedback (router/core/feedback.py: a result that says the call
+Two readers: the checks (router/core/checks/validate.py: an answer made only of that turn's calls again is
+`repeated_call`) and the agent's feedback (router/flow/feedback.py: a result that says the call
 failed, or a call the agent repeats from an earlier turn). Both compare calls by `call_key`: the
 tool's name and its arguments as canonical JSON (keys sorted, no whitespace) where they decode, so
 a call is the same call however a client spells its arguments again.

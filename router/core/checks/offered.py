@@ -1,4 +1,4 @@
-"""What a chat request offers the model, read for the checks (router/core/validate.py):
+"""What a chat request offers the model, read for the checks (router/core/checks/validate.py):
 
 tool_index(tools)      name -> its parameters schema (None: none) or FREEFORM (a custom tool)
 ToolSet / NO_TOOLS     an offered tool list as the validator read it (cached per distinct list)

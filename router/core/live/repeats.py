@@ -29,13 +29,14 @@ import dataclasses
 import hashlib
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from router.core.call import Call
+from router.errors import ChecksFailed, ChecksFailedRepeatedly
 from router.policy.model import Policy
 
 Shape = tuple[str, int, tuple[str, ...], str | None, int]
@@ -180,3 +181,32 @@ def resampled(call: Call, temperature: float) -> Call:
     if native is not None:
         native = dataclasses.replace(native, body=body_of(native.body))
     return dataclasses.replace(call, body=body_of(call.body), native=native)
+
+
+def refused(runs: int, resampling: Resampling | None, tier: str) -> ChecksFailedRepeatedly:
+    """The error of a repeat that is not run: `runs` runs of the request failed every attempt."""
+    stop = resampling.stop if resampling is not None else ""
+    failed = "in its last run" if runs == 1 else f"in each of its last {runs} runs"
+    return ChecksFailedRepeatedly(f"This request failed the router's checks {failed}; it was not run again. {stop}",
+                                  tier=tier)  # fmt: skip
+
+
+def checks_failed(
+    mistakes: Sequence[str], streamed: bool, resampling: Resampling | None, runs: int, tier: str
+) -> ChecksFailed:
+    """The error of a call whose every attempt failed the checks (`mistakes`), saying what the client
+    has (`streamed`: text): retryable while a repeat of the request would be run again (resampled,
+    its `runs` so far), else not."""
+    kinds = ", ".join(dict.fromkeys(mistakes))
+    sent = "nothing was delivered"
+    if streamed:  # text is not held: the client has it
+        sent = "no tool call was delivered, only the text already streamed"
+    failed = f"Every answer failed the router's checks ({kinds})"
+    if resampling is None:
+        return ChecksFailed(f"{failed}; {sent}. Retrying may succeed.", tier=tier)
+    if runs <= resampling.runs:
+        retry = "A retry of this request is run again resampled, and may succeed."
+        return ChecksFailed(f"{failed}; {sent}. {retry}", tier=tier)
+    if runs > 1:
+        failed += f", in each of its last {runs} runs"
+    return ChecksFailedRepeatedly(f"{failed}; {sent}. {resampling.stop}", tier=tier)

@@ -1,6 +1,6 @@
 """Errors the agent reports afterwards, and the sticky sessions they cause.
 
-A call's newest tool results (its newest turn, router/core/turns.py) answer tool calls the router
+A call's newest tool results (its newest turn, router/core/checks/turns.py) answer tool calls the router
 delivered in the previous turn. When one reports failure — Anthropic-style `is_error`, a policy
 failure pattern (a traceback, an `Error:` prefix, a non-zero exit code), or the model repeating an
 earlier turn's call (the same tool and arguments, as JSON) — the router records
@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from router.core.call import Call
-from router.core.turns import Turn, call_key, newest_turn, tool_calls
+from router.core.checks.turns import Turn, call_key, newest_turn, tool_calls
 from router.mistakes import AGENT_REPORTED_ERROR
 from router.policy.decide import routed_by_policy
 from router.policy.model import AfterAgentError, Policy

@@ -1,4 +1,5 @@
-"""router/core/hedge.py: `first_valid` races a primary attempt against a hedge started after a delay."""
+"""router/flow/hedge.py: `first_valid` races a primary attempt against a hedge started after a delay; an
+attempt whose first item is its step (here: an item starting with "step") or that raises loses."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from router.core.hedge import first_valid
 from router.errors import UpstreamError
+from router.flow.hedge import first_valid
 
 
 class Attempt:
@@ -29,8 +30,8 @@ class Attempt:
             self.closed = True
 
 
-async def race(primary: Attempt, hedge: Attempt, after: float) -> tuple[bool, list[str], bool]:
-    """(the hedge won, the winner's items, the hedge was started)."""
+async def race(primary: Attempt, hedge: Attempt, after: float) -> tuple[bool | None, list[str], bool]:
+    """(the hedge won — None: both lost —, the winner's items, the hedge was started)."""
     started = False
 
     def start_hedge() -> AsyncIterator[str]:
@@ -38,7 +39,7 @@ async def race(primary: Attempt, hedge: Attempt, after: float) -> tuple[bool, li
         started = True
         return hedge.run()
 
-    hedge_won, items = await first_valid(primary.run(), start_hedge, after)
+    hedge_won, items = await first_valid(primary.run(), start_hedge, after, lost=lambda item: item.startswith("step"))
     return hedge_won, [item async for item in items], started
 
 
@@ -71,3 +72,19 @@ async def test_when_both_fail_the_later_error_is_raised() -> None:
 
 async def test_an_empty_winner_yields_nothing() -> None:
     assert await race(Attempt([]), Attempt(["h"]), after=1.0) == (False, [], False)
+
+
+async def test_a_primary_whose_step_comes_first_loses_to_the_hedge_and_is_closed() -> None:
+    primary = Attempt(["step: retry"], delay=0.05)
+    assert await race(primary, Attempt(["h"], delay=0.1), after=0.01) == (True, ["h"], True)
+    assert primary.closed
+
+
+async def test_when_both_lose_the_later_step_is_what_follows() -> None:
+    primary = Attempt(["step: primary"], delay=0.02)
+    hedge = Attempt(["step: hedge"], delay=0.1)
+    assert await race(primary, hedge, after=0.01) == (None, ["step: hedge"], True)
+
+
+async def test_a_quick_primary_that_lost_is_no_winner() -> None:
+    assert await race(Attempt(["step: failed"]), Attempt(["h"]), after=1.0) == (None, ["step: failed"], False)

@@ -1,4 +1,4 @@
-"""Client tool schemas compiled for router/core/validate.py, within bounds.
+"""Client tool schemas compiled for router/core/checks/validate.py, within bounds.
 
 `compile_schema` gives a jsonschema-rs validator (no remote `$ref` is ever fetched), None for a
 schema that cannot be checked (not a schema, fails its meta-schema, unknown `$ref`), or — for a

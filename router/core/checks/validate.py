@@ -5,7 +5,7 @@ checks, finish_reason=...)` on every tier's answer. It owns three small LRU cach
 Schemas (by the schema's canonical JSON), text rules (by the offered names and announce patterns),
 and offered tool lists as read (by the list's JSON as it came: an agent sends the same list every
 call). The module-level `check()` builds a throw-away one (tests, one-off use). Calls written as text
-or only announced are found by router/core/text_calls.py; what counts as a mistake is decided here.
+or only announced are found by router/core/checks/text_calls.py; what counts as a mistake is decided here.
 
 Judgement calls (see also the tests):
 - `arguments` must be a JSON *string* holding an object. An empty/whitespace or absent string counts
@@ -26,18 +26,8 @@ Judgement calls (see also the tests):
   names an offered tool (cut short, an unknown name) is `text_tool_call` too: a call attempt.
 - One root cause, one mistake: an empty answer is only `empty_response`; a call leaked into text only
   `text_tool_call` (it satisfies `tool_choice` naming it); an announced call only when nothing else is.
-- A sweep (small models write one valid call per offered tool, down the list): calls, made or
-  written as text, that begin with the first three of at least three offered tools in the order
-  offered are `tool_sweep`, the answer's one mistake. Strict on purpose: parallel calls an agent
-  means (Read, Read, Grep), one tool thrice, two tools, a sweep from the second tool are not.
-- A spray: `SPRAY` (8) or more calls of one tool in one answer are `tool_spray`, its one mistake (the
-  0.5B wrote 18 `create_event` calls, an hour apart, for one meeting). Agents do read several files
-  at once; the kind only moves a call on to a stronger tier (router/mistakes.py, `STRONGER_ONLY`).
-- A repeat: well-formed calls, every one the same tool with the same arguments (as JSON, not as
-  spelled) as a call of the agent's last turn — the assistant message whose results close the
-  request — are `repeated_call`. A greedy model that writes its last call again writes it every
-  turn after (seen: 12 identical messages sent). Only the last turn, and only when nothing is new:
-  a file read again after a write two turns back, or a repeat beside a new call, is not one.
+- What an answer's calls show together — a sweep, a spray, the agent's last calls again — is
+  router/core/checks/together.py's: each is the answer's one mistake.
 - `finish_reason="tool_calls"` with text and no calls is `missing_tool_call`; `"length"` is noted in
   the detail of `invalid_json` / `empty_response`. A `refusal` with no content is not an empty one.
 - Tool definitions may be chat-style `{"type":"function","function":{...}}`, Responses-style
@@ -47,17 +37,16 @@ Judgement calls (see also the tests):
 from __future__ import annotations
 
 import re
-from collections import Counter, OrderedDict
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any, Final
 
 import jsonschema_rs
 import orjson
 
 from router.constants import MAX_RULES, MAX_SCHEMAS, MAX_TOOL_SETS, TOOL_SET_BYTES
-from router.core.offered import (
+from router.core.checks.offered import (
     FREEFORM,
     NO_TOOLS,
     ToolSet,
@@ -66,20 +55,17 @@ from router.core.offered import (
     tool_choice,
     tool_index,
 )
-from router.core.schemas import BACKTRACK_LIMIT, TOO_COSTLY, CostlyPattern, compile_schema, patterns_of
-from router.core.text_calls import DEFAULT_ANNOUNCE, TOOL_PLACEHOLDER, TextRules, build_rules, opens_like_call
-from router.core.turns import call_key, newest_turn
+from router.core.checks.schemas import BACKTRACK_LIMIT, TOO_COSTLY, CostlyPattern, compile_schema, patterns_of
+from router.core.checks.text_calls import DEFAULT_ANNOUNCE, TOOL_PLACEHOLDER, TextRules, build_rules, opens_like_call
+from router.core.checks.together import SPRAY, SWEEP, repeated, short, spray, sweep
 from router.errors import BadRequest
 from router.mistakes import (
     ANSWER_KINDS,
     EMPTY_RESPONSE,
     INVALID_JSON,
     MISSING_TOOL_CALL,
-    REPEATED_CALL,
     SCHEMA_VIOLATION,
     TEXT_TOOL_CALL,
-    TOOL_SPRAY,
-    TOOL_SWEEP,
     UNKNOWN_TOOL,
     Mistake,
 )
@@ -87,9 +73,6 @@ from router.settings import default
 
 KINDS: Final = ANSWER_KINDS  # what the checks find (router/mistakes.py owns every kind)
 
-_DETAIL_MAX: Final = 120
-SWEEP: Final = 3  # calls of the first offered tools, in the order offered, that make a sweep
-SPRAY: Final = 8  # calls of one tool in one answer that make a spray
 _MISS: Final = object()
 
 
@@ -114,11 +97,6 @@ class Checks:
 
 
 DEFAULT_CHECKS: Final = Checks()
-
-
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
 
 
 class Validator:
@@ -200,10 +178,10 @@ class Validator:
         if calls:
             if not isinstance(calls, list):
                 return [Mistake(UNKNOWN_TOOL, "", "malformed tool_calls (not a list)")]
-            if not no_tools and len(calls) >= SWEEP and (sweep := _sweep([_named(c)[2] for c in calls], tools)):
-                return [sweep]
-            if not no_tools and len(calls) >= SPRAY and (spray := _spray([_named(c)[2] for c in calls])):
-                return [spray]
+            if not no_tools and len(calls) >= SWEEP and (swept := sweep([_named(c)[2] for c in calls], tools)):
+                return [swept]
+            if not no_tools and len(calls) >= SPRAY and (sprayed := spray([_named(c)[2] for c in calls])):
+                return [sprayed]
             called: set[str] = set()
             for call in calls:
                 self._check_call(call, NO_TOOLS if no_tools else tool_set, finish_reason, mistakes, called)
@@ -211,9 +189,9 @@ class Validator:
                 mistakes = [Mistake(m.kind, m.tool, "tool_choice is none") for m in mistakes]
             if named and named not in called:
                 detail = f"tool_choice names {named}; called {', '.join(sorted(called)) or 'no offered tool'}"
-                mistakes.append(Mistake(MISSING_TOOL_CALL, named, _short(detail)))
-            if not mistakes and not no_tools and (repeat := _repeated(calls, request.get("messages"))):
-                return [repeat]
+                mistakes.append(Mistake(MISSING_TOOL_CALL, named, short(detail)))
+            if not mistakes and not no_tools and (again := repeated(calls, request.get("messages"))):
+                return [again]
             return mistakes
 
         text = content_text(message)
@@ -228,8 +206,8 @@ class Validator:
         rules = self._text_rules(tool_set.names, checks)
         mentioned = rules.mentioned(text)
         leaked = rules.written_calls(text, tools) if checks.detect_text_tool_calls and mentioned else []
-        if sweep := _sweep(leaked, tools, " (written as text)"):
-            return [sweep]
+        if swept := sweep(leaked, tools, " (written as text)"):
+            return [swept]
         for name in dict.fromkeys(leaked):
             mistakes.append(Mistake(TEXT_TOOL_CALL, name, "tool call written as text content"))
         if not leaked and checks.detect_text_tool_calls and not json_answer(request) and opens_like_call(text):
@@ -244,7 +222,7 @@ class Validator:
             if checks.detect_announced_calls and (found := rules.announced(text, mentioned)):
                 tool, words = found
                 detail = f"text announces a call but none was made: {words!r}"
-                mistakes.append(Mistake(MISSING_TOOL_CALL, tool, _short(detail)))
+                mistakes.append(Mistake(MISSING_TOOL_CALL, tool, short(detail)))
                 return mistakes
             if finish_reason == "tool_calls":
                 mistakes.append(Mistake(MISSING_TOOL_CALL, "", "finish_reason is tool_calls but no tool_calls"))
@@ -267,7 +245,7 @@ class Validator:
             return
         tools = tool_set.index
         if name not in tools:
-            mistakes.append(Mistake(UNKNOWN_TOOL, name, _short(f"{name!r} is not among the request's tools")))
+            mistakes.append(Mistake(UNKNOWN_TOOL, name, short(f"{name!r} is not among the request's tools")))
             return
         called.add(name)  # the tool was called; a bad call is its own mistake, not a missing one
         schema = tools[name]
@@ -279,14 +257,14 @@ class Validator:
             if isinstance(schema, Mapping) and schema.get("required"):
                 required = ", ".join(map(str, schema["required"]))
                 detail = f"empty arguments; required: {required}{truncated}"
-                mistakes.append(Mistake(INVALID_JSON, name, _short(detail)))
+                mistakes.append(Mistake(INVALID_JSON, name, short(detail)))
                 return
             parsed: Any = {}
         elif isinstance(args, str):
             try:
                 parsed = orjson.loads(args)
             except orjson.JSONDecodeError as exc:
-                mistakes.append(Mistake(INVALID_JSON, name, _short(f"arguments are not JSON: {exc}{truncated}")))
+                mistakes.append(Mistake(INVALID_JSON, name, short(f"arguments are not JSON: {exc}{truncated}")))
                 return
         else:
             detail = f"arguments must be a JSON string, got {type(args).__name__}"
@@ -294,7 +272,7 @@ class Validator:
             return
         if not isinstance(parsed, dict):
             detail = f"arguments are JSON {type(parsed).__name__}, not an object{truncated}"
-            mistakes.append(Mistake(INVALID_JSON, name, _short(detail)))
+            mistakes.append(Mistake(INVALID_JSON, name, short(detail)))
             return
         if schema is None or (key := tool_set.keys.get(name)) is None:
             return
@@ -311,7 +289,7 @@ class Validator:
             return
         where = "/".join(map(str, error.instance_path))
         detail = f"{where}: {error.message}" if where else error.message
-        mistakes.append(Mistake(SCHEMA_VIOLATION, name, _short(detail)))
+        mistakes.append(Mistake(SCHEMA_VIOLATION, name, short(detail)))
 
     def _tool_set(self, tools: Any) -> ToolSet:
         """`tools` read (cached by its JSON, unless that is longer than TOOL_SET_BYTES)."""
@@ -385,31 +363,6 @@ def _named(call: Any) -> tuple[Any, Any, str]:
     spec = call.get(kind) if isinstance(kind, str) else None
     name = spec.get("name") if isinstance(spec, Mapping) else None
     return kind, spec, name if isinstance(name, str) else ""
-
-
-def _sweep(called: Sequence[str], tools: Mapping[str, Any], how: str = "") -> Mistake | None:
-    """`tool_sweep` if the calls (the tools they name, in order) begin with the first `SWEEP` offered
-    tools (`tools`, in the order offered), else None."""
-    if len(called) < SWEEP or len(tools) < SWEEP or tuple(called[:SWEEP]) != tuple(islice(tools, SWEEP)):
-        return None
-    detail = f"{len(called)} calls of the {len(tools)} offered tools in the order offered: {', '.join(called)}"
-    return Mistake(TOOL_SWEEP, "", _short(detail + how))
-
-
-def _spray(called: Sequence[str]) -> Mistake | None:
-    """`tool_spray` if `SPRAY` or more of the calls (the tools they name) name one tool, else None."""
-    name, count = Counter(called).most_common(1)[0] if called else ("", 0)
-    return Mistake(TOOL_SPRAY, name, _short(f"{count} calls of {name} in one answer")) if count >= SPRAY else None
-
-
-def _repeated(calls: Sequence[Any], messages: Any) -> Mistake | None:
-    """`repeated_call` if every call in `calls` is one of the agent's last turn (router/core/turns.py), else None."""
-    last = {call_key(c) for c in newest_turn(messages).calls}
-    made = [call_key(c) for c in calls]
-    if not last or not made or not set(made) <= last:
-        return None
-    names = ", ".join(dict.fromkeys(name for name, _ in made))
-    return Mistake(REPEATED_CALL, made[0][0], _short(f"the agent's last call(s) again, same arguments: {names}"))
 
 
 def _schema_key(schema: Any) -> bytes | None:

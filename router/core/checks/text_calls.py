@@ -1,7 +1,7 @@
 """Tool calls an answer writes as text instead of making them, and calls it only announces.
 
 `build_rules()` compiles the regexes for one set of offered tool names into `TextRules` (the
-`Validator` of router/core/validate.py caches them); which findings are mistakes, and of which kind, is
+`Validator` of router/core/checks/validate.py caches them); which findings are mistakes, and of which kind, is
 the validator's judgement.
 
     TextRules.mentioned()       the cheap gate: an offered name appears in the text at all

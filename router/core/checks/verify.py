@@ -1,6 +1,6 @@
 """Semantic verifiers: is a well-formed tool call also the RIGHT call? A route's `verify` option.
 
-    verdict = await verify(tiers, verdicts, spec, tier, body, choice, deadline, stronger)
+    verdict = await verify(tiers, verdicts, spec, proposal, chain)
 
 runs on answers that passed the format checks and hold a tool call (streamed ones too, held until
 the verdict), of a tier with a stronger one after it in the chain (see `Attempts.verify`). Each
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from router.constants import JUDGE_TEXT_MAX, JUDGE_TOOLS_MAX, VERDICT_CACHE_ENTRIES
-from router.core.compare import (
+from router.core.checks.compare import (
     ask_json,
     call_key,
     first_call,
@@ -68,6 +68,21 @@ JUDGE_SYSTEM = (
     "user's request and its argument values match what the user asked for. Answer with JSON only: "
     '{"accept": true} or {"accept": false}.'
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """The call a verifier judges: `tier`'s answer (`choice`, choices[0]) to `body`, in `session`, by `deadline`."""
+
+    tier: str
+    body: Mapping[str, Any]
+    choice: Mapping[str, Any]
+    deadline: float
+    session: Session | None = None
+
+    @property
+    def message(self) -> Mapping[str, Any]:
+        return self.choice.get("message") or {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,15 +180,8 @@ def logprob_measure(choice: Mapping[str, Any], measure: str) -> float | None:
 
 
 # -- the verifiers -------------------------------------------------------------------------------
-async def judge(
-    tiers: Tiers,
-    verdicts: VerdictCache,
-    spec: Verify,
-    judge_tier: str,
-    body: Mapping[str, Any],
-    message: Mapping[str, Any],
-    deadline: float,
-) -> Verdict:
+async def judge(tiers: Tiers, verdicts: VerdictCache, spec: Verify, judge_tier: str, proposal: Proposal) -> Verdict:
+    body, message, deadline = proposal.body, proposal.message, proposal.deadline
     key = judge_key(body, message, judge_tier)
     if (hit := verdicts.get(key)) is not None:
         return Verdict(hit.accept, hit.reason, hit.unsure, cached=True)
@@ -187,11 +195,10 @@ async def judge(
     return verdict
 
 
-async def agree(
-    tiers: Tiers, spec: Verify, tier: str, body: Mapping[str, Any], message: Mapping[str, Any], deadline: float
-) -> Verdict:
-    original = call_key(message)
-    upstream = tiers[tier]
+async def agree(tiers: Tiers, spec: Verify, proposal: Proposal) -> Verdict:
+    body, deadline = proposal.body, proposal.deadline
+    original = call_key(proposal.message)
+    upstream = tiers[proposal.tier]
 
     async def sample(seed: int) -> Mapping[str, Any] | None:
         try:
@@ -221,22 +228,15 @@ def logprobs(spec: Verify, choice: Mapping[str, Any]) -> Verdict:
     return Verdict(ok, f"{spec.measure} logprob {value:.3f} {'>=' if ok else '<'} {spec.threshold}")
 
 
-async def scored(
-    tiers: Tiers,
-    spec: Verify,
-    tier: str,
-    body: Mapping[str, Any],
-    message: Mapping[str, Any],
-    deadline: float,
-    session: Session | None = None,
-) -> Verdict:
-    """The scoring tier's mean logprob of the first call (its `score_call`: router/upstream/scoring.py),
-    read in the session's slot there, against `threshold`."""
+async def scored(tiers: Tiers, spec: Verify, tier: str, proposal: Proposal) -> Verdict:
+    """The scoring tier's (`tier`) mean logprob of the first call (its `score_call`:
+    router/upstream/scoring.py), read in the session's slot there, against `threshold`."""
     upstream = tiers[tier]
-    calls = message.get("tool_calls") or []
+    calls = proposal.message.get("tool_calls") or []
     if not scores(upstream) or not calls:
         return Verdict(True, f"tier {tier!r} cannot score", unsure=True)
-    values = await upstream.score_call(dict(body), dict(calls[0]), deadline, session, spec.via)
+    session, deadline = proposal.session, proposal.deadline
+    values = await upstream.score_call(dict(proposal.body), dict(calls[0]), deadline, session, spec.via)
     if values is None:
         return Verdict(True, "no score from the scoring tier", unsure=True)
     value = measure(values, spec.measure)
@@ -245,28 +245,19 @@ async def scored(
 
 
 async def verify(
-    tiers: Tiers,
-    verdicts: VerdictCache,
-    spec: Verify,
-    tier: str,
-    body: Mapping[str, Any],
-    choice: Mapping[str, Any],
-    deadline: float,
-    chain: Sequence[str],
-    session: Session | None = None,
+    tiers: Tiers, verdicts: VerdictCache, spec: Verify, proposal: Proposal, chain: Sequence[str]
 ) -> Verdict:
-    """The verdict on `choice` (choices[0] of `tier`'s answer to `body`, in `session`), `if_unsure` applied."""
-    message = choice.get("message") or {}
+    """The verdict on `proposal`, `if_unsure` applied (the judging or scoring tier: the route's, else
+    the escalation chain's last)."""
+    asked = spec.tier or (chain[-1] if chain else proposal.tier)
     if spec.kind == "judge":
-        judge_tier = spec.tier or (chain[-1] if chain else tier)
-        verdict = await judge(tiers, verdicts, spec, judge_tier, body, message, deadline)
+        verdict = await judge(tiers, verdicts, spec, asked, proposal)
     elif spec.kind == "agree":
-        verdict = await agree(tiers, spec, tier, body, message, deadline)
+        verdict = await agree(tiers, spec, proposal)
     elif spec.kind == "score":
-        scorer = spec.tier or (chain[-1] if chain else tier)
-        verdict = await scored(tiers, spec, scorer, body, message, deadline, session)
+        verdict = await scored(tiers, spec, asked, proposal)
     else:
-        verdict = logprobs(spec, choice)
+        verdict = logprobs(spec, proposal.choice)
     if verdict.unsure:
         return Verdict(spec.if_unsure == "accept", verdict.reason, unsure=True, cached=verdict.cached)
     return verdict

@@ -1,4 +1,4 @@
-"""Answer comparison, shared by the verifiers (router/core/verify.py), shadow mode (router/core/shadow.py),
+"""Answer comparison, shared by the verifiers (router/core/checks/verify.py), shadow mode (router/core/live/shadow.py),
 `agent-router qa` and the eval harness:
 
     first_call / call_key / normalised   a message's first tool call, and a key two calls share when

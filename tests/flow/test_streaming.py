@@ -1,10 +1,11 @@
-"""router/core/streaming.py: `Gate` (content passes, calls wait for the checks) and `Joiner` (attempts → one stream)."""
+"""router/flow/streaming.py: `Gate` (content passes, calls wait for the checks) and `Joiner`
+(attempts → one stream)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from router.core.streaming import Gate, Joiner
+from router.flow.streaming import Gate, Joiner
 from router.upstream.base import Chunk
 
 

@@ -22,7 +22,7 @@ and counted: `router_shadow_dropped_total{route, reason="busy"}`) and `shadow_ti
      (`store.samples_put`; the newest `max_samples_per_route` per route, none older than
      `sample_max_age`: StoreOptions).
 
-The comparison itself (`compare`, `Comparison`) is router/core/compare.py's, shared with `agent-router qa`.
+The comparison itself (`compare`, `Comparison`) is router/core/checks/compare.py's, shared with `agent-router qa`.
 
 `scrub` redacts with router/errors.py's `redact` (the policy's secrets, bearer tokens, key=…
 parameters, sk-… keys, URL credentials) plus token shapes common in agent traffic (GitHub, AWS,
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from router.core.compare import Comparison, compare, message_of
+from router.core.checks.compare import Comparison, compare, message_of
 from router.errors import UpstreamError, redact
 from router.policy.model import Policy
 from router.policy.route import Shadow

@@ -1,0 +1,208 @@
+"""The frozen record of one routed call: what was decided and why, every attempt with its tier,
+mistakes and timings, and what was delivered. `Attempts.outcome()` takes it (router/flow/attempts.py);
+the transports' headers and trailers (router/flow/summary.py), the access log, the metrics, traces and
+errors (`RouterError.outcome`) read it, never the live `Attempts`.
+
+    Outcome                 the call: route, reason, lane, the tier answering, the tiers tried, ...
+      .attempts             one `Tried` per attempt, in order
+    Tried                   one attempt: its tier, mistakes, how it ended (`Step.how`: answered,
+                            fell_back, escalated, retried, failed; cancelled), when it started,
+                            its first token and its end (seconds after the call began)
+    Account                 what a call has done so far, written as it goes (`Attempts` is one);
+                            `outcome()` freezes it
+
+A stream's outcome is taken twice: for its headers when the first chunk is ready, for its trailer
+once it ends. While the call runs, its `Timeline` keeps each attempt's times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from router.core.live.lanes import Choice
+from router.flow.record import Record
+from router.upstream.base import Prompt, Speed
+
+
+@dataclass(frozen=True, slots=True)
+class Tried:
+    tier: str
+    mistakes: tuple[str, ...]
+    how: str  # `Step.how`, or "cancelled" (the client left, a hedge lost), "running" (not over)
+    started: float  # seconds after the call began
+    first_token: float | None  # the first chunk or the whole answer, if any
+    ended: float | None  # None while it runs
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    route: str
+    reason: str  # why the route and tier were chosen (policy.decide)
+    lane: str
+    tier: str  # the tier answering (the last tried, or the winner of a hedge, or the held answer's)
+    tried: tuple[str, ...]  # every tier asked, in order (a hedge's too)
+    skipped: tuple[str, ...]  # tiers passed over because their breaker was open
+    mistakes: tuple[str, ...]  # every mistake found, in order
+    escalated: bool  # a tier other than the routed one was asked
+    repaired: bool
+    exhausted: bool  # every attempt failed the checks
+    signs: tuple[str, ...]  # the signs of the answer delivered
+    salvaged: bool
+    looped: bool
+    verdicts: tuple[str, ...]  # "kind:accept|reject|unsure" per verified answer
+    prompt_evaluated: int  # prompt tokens the tiers' servers evaluated, by their own count
+    prompt_reused: int  # and reused from their cache
+    repeat: str | None  # "resampled", "refused" (a repeat of an exhausted request)
+    sampled: str | None  # "sign", "mistake" (the call went on sampled on the repeat tier)
+    speed: Speed | None  # the speed the answering tier served at, where it says
+    native: bool  # the answering tier got the client's own request as it came (nothing left out)
+    attempts: tuple[Tried, ...]
+    session: str
+    took: float  # seconds from the call's start to this record
+
+
+@dataclass(slots=True)
+class _Run:
+    tier: str
+    mistakes_from: int  # its mistakes: the call's from here up to the next attempt's
+    started: float
+    first_token: float | None = None
+    ended: float | None = None
+    how: str = "running"
+
+
+class Timeline:
+    """Each attempt's tier, times (seconds after the call began) and end, while the call runs."""
+
+    __slots__ = ("_runs",)
+
+    def __init__(self) -> None:
+        self._runs: list[_Run] = []
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def started(self, tier: str, mistakes_from: int, at: float) -> None:
+        self._runs.append(_Run(tier, mistakes_from, at))
+
+    def first_token(self, at: float) -> None:
+        run = self._runs[-1]
+        if run.first_token is None:
+            run.first_token = at
+
+    def ended(self, tier: str, how: str, at: float) -> None:
+        run = self._runs[-1]
+        run.tier, run.how, run.ended = tier, how, at
+
+    def tried(self, mistakes: Sequence[str]) -> tuple[Tried, ...]:
+        """The attempts, each with its share of the call's `mistakes`."""
+        ends = [run.mistakes_from for run in self._runs[1:]] + [len(mistakes)] * bool(self._runs)
+        return tuple(
+            Tried(run.tier, tuple(mistakes[run.mistakes_from : end]), run.how, run.started, run.first_token, run.ended)
+            for run, end in zip(self._runs, ends, strict=True)
+        )
+
+
+class Account:
+    """What one routed call has done so far: the tiers it tried and skipped, what they answered and
+    how, the mistakes found and what was done about them. `Attempts` (router/flow/attempts.py), which
+    decides, writes it as the call goes; `outcome()` freezes it."""
+
+    def __init__(self, record: Record, reason: str, lane: Choice, routed: str, session: str) -> None:
+        self.record = record  # where what a tier said is written down (router/flow/record.py)
+        self.route, self.reason, self.lane, self.session = record.route, reason, lane, session
+        self.routed = routed  # the tier the decision named
+        self.tier = routed  # the tier answering now
+        self.tried: list[str] = []
+        self.skipped: list[str] = []  # tiers passed over because their breaker was open
+        self.mistakes: list[str] = []
+        self.repaired = False
+        self.exhausted = False  # every attempt failed the checks (and the answer was refused or delivered)
+        self.signs: list[str] = []  # the signs (`SIGNS`) of the answer judged deliverable
+        self.salvaged = False  # a call written as text was made structured (router/flow/salvage.py)
+        self.looped = False  # an answer went round in a loop and was stopped (router/upstream/loops.py)
+        self.verdicts: list[str] = []  # "kind:accept|reject|unsure" per verified answer
+        self.prompt_evaluated = 0  # prompt tokens the tiers' servers evaluated, by their own count
+        self.prompt_reused = 0  # prompt tokens they reused from their cache (a session's kept prefix)
+        self.streamed = False  # a stream's client has part of the answer (text, which is not held)
+        self.repeat: str | None = None  # how this repeat of an exhausted request runs (`Repeat`)
+        self.sampled: str | None = None  # why the call went on sampled (`Why`), once it did
+        self.native: dict[str, bool] = {}  # tier → its latest attempt got the client's own request
+        self.speeds: dict[str, Speed] = {}  # tier → the speed its latest attempt is served at, as it says
+        self.timeline = Timeline()  # each attempt's times
+        self.started = asyncio.get_running_loop().time()
+
+    @property
+    def escalated(self) -> bool:
+        return any(t != self.routed for t in self.tried)
+
+    @property
+    def speed(self) -> Speed | None:
+        """The speed of the answer of the tier answering now, where it says."""
+        return self.speeds.get(self.tier)
+
+    @property
+    def answered_natively(self) -> bool:
+        """The tier answering now got the client's request as it came (nothing was left out of it)."""
+        return self.native.get(self.tier, False)
+
+    def now(self) -> float:
+        """Seconds since the call began."""
+        return asyncio.get_running_loop().time() - self.started
+
+    # -- what a tier said ----------------------------------------------------------------------------
+    def sent(self, tier: str, native: bool) -> None:
+        """An attempt on `tier` starts: with the client's request itself (`native`) or the chat body."""
+        self.native[tier] = native
+        self.speeds.pop(tier, None)
+        self.record.sent(tier)
+
+    def sped(self, tier: str, speed: Speed) -> None:
+        """`tier`'s answer says the speed it is served at (router/upstream/speed.py)."""
+        self.speeds[tier] = speed
+
+    def answered(self, tier: str, prompt: Prompt | None = None) -> None:
+        """`tier` sent a whole answer (right or wrong); `prompt`: the server's count of the prompt it read."""
+        self.record.answered(tier, prompt, self.speeds.get(tier))
+        if prompt is not None:
+            self.prompt_evaluated += prompt.evaluated
+            self.prompt_reused += prompt.reused
+
+    def released(self, tier: str) -> None:
+        """A call to `tier` ended neither way (cancelled: the client left, a hedge lost)."""
+        self.record.released(tier)
+
+    def looped_on(self, tier: str) -> None:
+        """`tier`'s answer went round in a loop and was stopped there (router/upstream/loops.py)."""
+        self.looped = True
+        self.record.looped(tier)
+
+    def outcome(self) -> Outcome:
+        """The call as it stands, frozen."""
+        return Outcome(
+            route=self.route,
+            reason=self.reason,
+            lane=self.lane.name,
+            tier=self.tier,
+            tried=tuple(self.tried),
+            skipped=tuple(self.skipped),
+            mistakes=tuple(self.mistakes),
+            escalated=self.escalated,
+            repaired=self.repaired,
+            exhausted=self.exhausted,
+            signs=tuple(self.signs),
+            salvaged=self.salvaged,
+            looped=self.looped,
+            verdicts=tuple(self.verdicts),
+            prompt_evaluated=self.prompt_evaluated,
+            prompt_reused=self.prompt_reused,
+            repeat=self.repeat,
+            sampled=self.sampled,
+            speed=self.speed,
+            native=self.answered_natively,
+            attempts=self.timeline.tried(self.mistakes),
+            session=self.session,
+            took=self.now(),
+        )
