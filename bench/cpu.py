@@ -10,8 +10,10 @@ the median over the block pairs of this tree / candidate, with the pairs' range.
 pools its rounds instead, and its ratio moves by ±0.1 from run to run on a shared machine.
 
 Loads: c=16 JSON and c=8 SSE streams (to the stream's end), each without and with 8 tools
-(`tools`: answers checked, streamed tool calls held until valid). Writes bench/results/cpu.md
-(or `--out`). Bounded: every block has a deadline (`BLOCK_SECONDS`).
+(`tools`: answers checked, streamed tool calls held until valid), and with every tool call of the
+routed tier broken (`escalated`: a second fake with `--bad-tool-rate 1`, so each call is checked,
+found wrong and answered by the escalation tier: bench/policies/bench-escalate.yaml). Writes
+bench/results/cpu.md (or `--out`). Bounded: every block has a deadline (`BLOCK_SECONDS`).
 """
 
 from __future__ import annotations
@@ -37,12 +39,15 @@ from bench.overhead_model import CHAT, HEADERS, POLICIES, TOOL_CHAT
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK_SECONDS = 60.0
 WARM_CALLS = 300
-LOADS = {  # name → (tools, stream, concurrency)
-    "c=16 JSON, plain": (False, False, 16),
-    "c=8 stream, plain": (False, True, 8),
-    "c=16 JSON, tools (validation on)": (True, False, 16),
-    "c=8 stream, tools (validation on)": (True, True, 8),
+LOADS = {  # name → (policy, stream, concurrency)
+    "c=16 JSON, plain": ("plain", False, 16),
+    "c=8 stream, plain": ("plain", True, 8),
+    "c=16 JSON, tools (validation on)": ("tools", False, 16),
+    "c=8 stream, tools (validation on)": ("tools", True, 8),
+    "c=16 JSON, escalated (fast's every call broken)": ("escalated", False, 16),
+    "c=8 stream, escalated (fast's every call broken)": ("escalated", True, 8),
 }
+KINDS = {"plain": "bench.yaml", "tools": "bench-validate.yaml", "escalated": "bench-escalate.yaml"}
 
 
 @dataclass
@@ -58,17 +63,19 @@ class Measured:
         return [a / b for a, b in zip(self.per_block[tree], self.per_block[against], strict=True) if b > 0]
 
 
-async def _proxies(cluster: Cluster, trees: dict[str, Path], fake_port: int) -> dict[tuple[str, bool], Proc]:
+async def _proxies(
+    cluster: Cluster, trees: dict[str, Path], fake_port: int, bad_port: int
+) -> dict[tuple[str, str], Proc]:
     proxies = {}
     for name, tree in trees.items():
-        for tools in (False, True):
+        for kind, policy in KINDS.items():
             port = free_port()
-            policy = POLICIES / ("bench-validate.yaml" if tools else "bench.yaml")
-            cmd = [sys.executable, "-P", "-m", "router", "serve", "--policy", str(policy), "--port", str(port)]
-            env = {"PYTHONPATH": str(tree), "BENCH_FAKE_PORT": str(fake_port)}
-            proc = cluster.start(f"{name}-{'tools' if tools else 'plain'}", cmd, port, env)
+            policy_file = str(POLICIES / policy)
+            cmd = [sys.executable, "-P", "-m", "router", "serve", "--policy", policy_file, "--port", str(port)]
+            env = {"PYTHONPATH": str(tree), "BENCH_FAKE_PORT": str(fake_port), "BENCH_BAD_FAKE_PORT": str(bad_port)}
+            proc = cluster.start(f"{name}-{kind}", cmd, port, env)
             await wait_healthy(proc, f"http://127.0.0.1:{port}/healthz", 60)
-            proxies[(name, tools)] = proc
+            proxies[(name, kind)] = proc
     return proxies
 
 
@@ -83,25 +90,30 @@ async def measure(trees: dict[str, Path], blocks: int, calls: int) -> tuple[dict
         fake_port = free_port()
         fake_cmd = [sys.executable, "-m", "router", "fake-upstream", "--port", str(fake_port), "--bad-tool-rate", "0"]
         fake = cluster.start("fake", fake_cmd, fake_port, {"PYTHONPATH": str(ROOT)})
+        bad_port = free_port()
+        bad_cmd = [sys.executable, "-m", "router", "fake-upstream", "--port", str(bad_port), "--bad-tool-rate", "1"]
+        bad = cluster.start("fake-bad", bad_cmd, bad_port, {"PYTHONPATH": str(ROOT)})
         await wait_healthy(fake, f"http://127.0.0.1:{fake_port}/health", 30)
-        proxies = await _proxies(cluster, trees, fake_port)
-        everyone = [fake, *proxies.values()]
+        await wait_healthy(bad, f"http://127.0.0.1:{bad_port}/health", 30)
+        proxies = await _proxies(cluster, trees, fake_port, bad_port)
+        everyone = [fake, bad, *proxies.values()]
         start_cpu = sum(cpu_seconds(p.pid) for p in everyone)
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(headers=HEADERS, connector=connector) as session:
             client0 = time.process_time()
-            for load, (tools, stream, concurrency) in LOADS.items():
+            for load, (kind, stream, concurrency) in LOADS.items():
+                tools = kind != "plain"
                 body = {**(TOOL_CHAT if tools else CHAT), **({"stream": True} if stream else {})}
                 payload = orjson.dumps(body)
                 first: First | None = ("tool_calls" if tools else "content") if stream else None
                 measured = results[load] = Measured({name: [] for name in names})
                 for name in names:
-                    url = f"http://127.0.0.1:{proxies[(name, tools)].port}/v1/chat/completions"
+                    url = f"http://127.0.0.1:{proxies[(name, kind)].port}/v1/chat/completions"
                     await closed_loop(session, url, payload, concurrency=concurrency, count=WARM_CALLS,
                                       budget=BLOCK_SECONDS, stream=first)  # fmt: skip
                 for block in range(blocks):
                     for name in names if block % 2 == 0 else names[::-1]:
-                        proc = proxies[(name, tools)]
+                        proc = proxies[(name, kind)]
                         url = f"http://127.0.0.1:{proc.port}/v1/chat/completions"
                         before = cpu_seconds(proc.pid)
                         res = await closed_loop(session, url, payload, concurrency=concurrency, count=calls,
