@@ -33,6 +33,7 @@ from router.flow.summary import summary
 
 if TYPE_CHECKING:
     from router.flow.attempts import Attempts
+    from router.flow.outcome import Outcome
 
 T = TypeVar("T")
 
@@ -61,6 +62,7 @@ async def framed(
     """The SSE bytes of `items` (see the module's docstring); without `fail`, an error is raised."""
     ttft = asyncio.get_running_loop().time() - attempts.started
     pending: list[bytes] = []  # frames of items that arrived together go out in one write
+    outcome: Outcome | None = None  # the call's, taken once it ended
     try:
         try:
             async for item in items:
@@ -71,16 +73,18 @@ async def framed(
         except RouterError as exc:
             if fail is None:
                 raise
-            yield b"".join((*pending, fail(exc), b": router ", summary(attempts.outcome()), b"\n\n"))
+            outcome = attempts.outcome()
+            yield b"".join((*pending, fail(exc), b": router ", summary(outcome), b"\n\n"))
             return
-        yield b"".join((*pending, close(), b": router ", summary(attempts.outcome()), b"\n\n", done))
+        outcome = attempts.outcome()
+        yield b"".join((*pending, close(), b": router ", summary(outcome), b"\n\n", done))
     finally:
         try:
             if isinstance(items, AsyncGenerator):
                 await items.aclose()
         finally:
             admission.release()
-            admission.served(attempts.outcome(), ttft)
+            admission.served(outcome or attempts.outcome(), ttft)
 
 
 class SSEResponse(StreamingResponse):

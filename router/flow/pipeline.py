@@ -55,7 +55,7 @@ from router.flow.salvage import salvage_reply, salvage_stream
 from router.flow.steps import DELIVER, STEPS, Deliver, Fail, Retry, Step
 from router.flow.streaming import Gate, Joiner
 from router.policy.decide import Decision, Live, decide
-from router.upstream.base import Chunk, Native, NativeUpstream, Prompt, Reply, Speed, Upstream, speaks
+from router.upstream.base import Chunk, Native, NativeUpstream, Reply, Speed, Upstream, Usage, speaks
 
 if TYPE_CHECKING:
     from router.runtime import Runtime
@@ -127,17 +127,13 @@ async def complete(runtime: Runtime, call: Call) -> tuple[Outcome, Reply]:
     """A whole answer, checked, and the call's outcome."""
     attempts = await begin(runtime, call)
     span = runtime.tracing.start(attempts)  # router/core/live/tracing.py; OFF: no-ops
-    try:
-        replies = [reply async for reply in _attempts(attempts, span, _reply)]  # one: the answer delivered
-        reply = replies[-1]
+
+    def answered(reply: Reply) -> Reply:
         span.answer(reply.data)
-    except RouterError as exc:
-        exc.outcome = attempts.outcome()  # the transport names the call's routing with its error
-        raise
-    finally:
-        runtime.lanes.leave(attempts.lane)
-        span.end(attempts)
-    return attempts.outcome(), reply
+        return reply
+
+    replies = [reply async for reply in _attempts(runtime, attempts, span, _reply, answered)]  # one: delivered
+    return attempts.outcome(), replies[-1]
 
 
 async def stream(runtime: Runtime, call: Call) -> tuple[Attempts, AsyncIterator[Chunk]]:
@@ -151,7 +147,13 @@ async def stream(runtime: Runtime, call: Call) -> tuple[Attempts, AsyncIterator[
     does (an SSE comment, Anthropic's `ping`, Responses' `response.in_progress`). Nothing of an
     answer was sent meanwhile: an escalation is still invisible; a failure is an error event."""
     attempts = await begin(runtime, call)
-    chunks = _joined(runtime, attempts)
+    join, span = Joiner(), runtime.tracing.start(attempts)
+
+    def ready(chunk: Chunk) -> Chunk:
+        attempts.streamed = True  # the client has part of the answer
+        return span.chunk(join(chunk))
+
+    chunks = _attempts(runtime, attempts, span, _chunks, ready, join.next_attempt)
     every = runtime.settings.stream_keepalive
     first = asyncio.ensure_future(anext(chunks, None))
     try:
@@ -178,65 +180,66 @@ def _empty(attempts: Attempts) -> UpstreamError:
     return UpstreamError(f"tier {attempts.tier!r} answered with an empty stream", tier=attempts.tier)
 
 
-async def _joined(runtime: Runtime, attempts: Attempts) -> AsyncIterator[Chunk]:
-    join = Joiner()
-    span = runtime.tracing.start(attempts)
+async def _attempts(
+    runtime: Runtime,
+    attempts: Attempts,
+    span: Span,
+    one: Attempt[T],
+    out: Callable[[T], T],
+    each: Callable[[], None] | None = None,
+) -> AsyncIterator[T]:
+    """The call's one attempt loop, for whole answers and streams alike: `one` attempt after another
+    (`each` told before each), until one's step delivers (its items are yielded as they come, through
+    `out`) or fails (its error is raised, carrying the call's outcome). Every attempt ends with a
+    `Step` (router/flow/steps.py). The call's lane place and span end with it."""
     try:
-        async for ready in _attempts(attempts, span, _chunks, join.next_attempt):
-            attempts.streamed = True
-            yield span.chunk(join(ready))
+        while True:
+            step: Step | None = None
+            first = True
+            with span.attempt(attempts) as traced:
+                asked = attempts.next_attempt()
+                if isinstance(asked, Fail):  # no tier to ask
+                    error = asked.error
+                    del asked
+                    try:
+                        raise error  # the call's one error: no frame in its traceback holds it after (no cycle)
+                    finally:
+                        del error
+                tier, body = asked
+                if each is not None:
+                    each()
+                try:
+                    async for item in await _hedged(attempts, tier, partial(one, attempts, body)):
+                        if isinstance(item, STEPS):
+                            step = item
+                            continue
+                        if first:
+                            attempts.first_token()
+                            first = False
+                        yield out(item)
+                except BaseException:  # the client left, a hedge lost: neither an answer nor a failure
+                    attempts.ended("cancelled")
+                    raise
+                assert step is not None, "every attempt ends with a step"
+                traced.ended(step.how, step.error if isinstance(step, Fail) else None)
+            attempts.ended(step.how)
+            if isinstance(step, Fail):
+                error = step.error
+                del step, item
+                try:
+                    raise error
+                finally:
+                    del error
+            if isinstance(step, Deliver):
+                return
+            if step.backoff and (wait := attempts.backoff()) > 0:
+                await asyncio.sleep(wait)
     except RouterError as exc:
-        exc.outcome = attempts.outcome()
+        exc.outcome = attempts.outcome()  # the transport names the call's routing with its error
         raise
     finally:
         runtime.lanes.leave(attempts.lane)
         span.end(attempts)
-
-
-async def _attempts(
-    attempts: Attempts, span: Span, one: Attempt[T], each: Callable[[], None] | None = None
-) -> AsyncIterator[T]:
-    """The call's one attempt loop, for whole answers and streams alike: `one` attempt after another
-    (`each` told before each), until one's step delivers (its items are yielded as they come) or
-    fails (its error is raised). Every attempt ends with a `Step` (router/flow/steps.py)."""
-    while True:
-        step: Step | None = None
-        with span.attempt(attempts) as traced:
-            asked = attempts.next_attempt()
-            if isinstance(asked, Fail):  # no tier to ask
-                error = asked.error
-                del asked
-                try:
-                    raise error  # the call's one final error: no frame in its traceback holds it after (no cycle)
-                finally:
-                    del error
-            tier, body = asked
-            if each is not None:
-                each()
-            try:
-                async for item in await _hedged(attempts, tier, partial(one, attempts, body)):
-                    if isinstance(item, STEPS):
-                        step = item
-                    else:
-                        attempts.first_token()
-                        yield item
-            except BaseException:  # the client left, a hedge lost: neither an answer nor a failure
-                attempts.ended("cancelled")
-                raise
-            assert step is not None, "every attempt ends with a step"
-            traced.ended(step.how, step.error if isinstance(step, Fail) else None)
-        attempts.ended(step.how)
-        if isinstance(step, Fail):
-            error = step.error
-            del step, item
-            try:
-                raise error
-            finally:
-                del error
-        if isinstance(step, Deliver):
-            return
-        if step.backoff and (wait := attempts.backoff()) > 0:
-            await asyncio.sleep(wait)
 
 
 def _native(attempts: Attempts, upstream: Upstream, body: dict[str, Any]) -> tuple[NativeUpstream, Native] | None:
@@ -281,7 +284,7 @@ def _judged(attempts: Attempts, tier: str, reply: Reply) -> tuple[Step, dict[str
     """`tier`'s whole answer, read (speed, prompt, loops), salvaged and judged: its step and choice."""
     if reply.speed is not None:
         attempts.sped(tier, reply.speed)
-    attempts.answered(tier, reply.prompt)  # a whole answer: the tier's breaker starts counting again
+    attempts.answered(tier, reply.usage)  # a whole answer: the tier's breaker starts counting again
     if reply.looped:
         attempts.looped_on(tier)
     salvage_reply(attempts, tier, reply)  # a call written as text, made structured (router/flow/salvage.py)
@@ -307,13 +310,13 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
         source = upstream.stream(body, attempts.deadline, session=attempts.call.session)
     together: list[Chunk] = []  # ready to send, from events received in one read
     step: Step | None = None
-    prompt: Prompt | None = None  # the server's count of the prompt, on the event with usage
+    usage: Usage | None = None  # the server's count of the call's tokens, on the events with usage
     speed: Speed | None = None  # the speed it is served at, on the events that say it
     try:
         try:
             async for chunk in source:
-                if chunk.prompt is not None:
-                    prompt = chunk.prompt
+                if chunk.usage is not None:
+                    usage = chunk.usage if usage is None else usage.then(chunk.usage)
                 if chunk.speed is not None and chunk.speed is not speed:
                     speed = chunk.speed
                     attempts.sped(tier, speed)
@@ -334,7 +337,7 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
         attempts.released(tier)
         raise
     if step is None:  # a whole answer: the tier's breaker starts counting again
-        attempts.answered(tier, prompt)
+        attempts.answered(tier, usage)
         salvage_stream(attempts, tier, gate)
         message = gate.message()
         step = attempts.judge(tier, message, gate.finish_reason, gate)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from router.core.live.repeats import Seen
     from router.policy.model import Breaker, Policy
     from router.runtime import Parts
-    from router.upstream.base import Prompt, Speed
+    from router.upstream.base import Speed, Usage
 
 _ARGUMENTS_KEPT = 2000  # characters of a routed call's arguments kept to recognise it when repeated
 
@@ -75,7 +75,7 @@ class Record:
         self.parts.store.record(events)
         self.parts.metrics.observe_answer(tier, r, answered, [m.kind for m in found])
 
-    def answered(self, tier: str, prompt: Prompt | None, speed: Speed | None) -> None:
+    def answered(self, tier: str, prompt: Usage | None, speed: Speed | None) -> None:
         """`tier` sent a whole answer (right or wrong): its breaker's count of failures starts over;
         the server's count of the prompt it read (evaluated, reused) and its speed are recorded."""
         self.parts.breakers.succeeded(tier)

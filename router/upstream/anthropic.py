@@ -38,7 +38,7 @@ from router.sessions.provenance import MessagesMarks, mark_message, messages_req
 from router.upstream.base import Chunk, Limits, Native, Reply, Speed, chat_usage, native_event, token_count
 from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
-from router.upstream.messages_view import chat_message, finish_reason
+from router.upstream.messages_view import chat_message, finish_reason, messages_usage
 from router.upstream.speed import fallback, messages_speed, with_fast_beta
 
 ANTHROPIC_API = "https://api.anthropic.com"
@@ -127,7 +127,7 @@ class AnthropicUpstream(PooledHTTP):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed message", tier=self.tier)
         if mark_message(message, self.tag):  # its thinking blocks, marked with this model
             raw = orjson.dumps(message)
-        return Reply(_completion(message), raw, native=message)
+        return Reply(_completion(message), raw, native=message, usage=messages_usage(message.get("usage")))
 
     def stream_native(self, native: Native, deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
         data, headers, fast = self._request(native, True)
@@ -257,9 +257,12 @@ class MessagesEvents:
         delta, finish = self._delta(event)
         choices = [] if event["type"] == "message_stop" else [{"index": 0, "delta": delta, "finish_reason": finish}]
         data = {"id": self.id, "object": "chat.completion.chunk", "model": self.model, "choices": choices}
-        if event["type"] == "message_start":  # its usage says the speed the answer is served at
-            speed = messages_speed((event.get("message") or {}).get("usage"), self.fast, self.fallback)
-            return Chunk(data, None, native=event, speed=speed)
+        if event["type"] == "message_start":  # its usage says the speed the answer is served at, and the prompt
+            usage = (event.get("message") or {}).get("usage")
+            speed = messages_speed(usage, self.fast, self.fallback)
+            return Chunk(data, None, native=event, speed=speed, usage=messages_usage(usage))
+        if event["type"] == "message_delta":  # the answer's output tokens
+            return Chunk(data, None, native=event, usage=messages_usage(event.get("usage")))
         return Chunk(data, None, native=event)
 
     def _delta(self, event: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

@@ -39,12 +39,30 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
-class Prompt:
-    """How a tier's server read a call's prompt, by its own count: tokens it evaluated, and tokens it
-    reused from its cache (a session's kept prefix: router/sessions/affinity.py)."""
+class Usage:
+    """A call's tokens by its tier's own count: the prompt tokens it evaluated (of them, `written` to
+    its prompt cache: Anthropic's cache writes), the prompt tokens it reused from its cache (a
+    session's kept prefix: router/sessions/affinity.py), and the answer's `output` tokens. What a
+    server does not say is 0."""
 
     evaluated: int
     reused: int
+    output: int = 0
+    written: int = 0
+
+    @property
+    def prompt(self) -> int:
+        return self.evaluated + self.reused
+
+    def then(self, later: Usage) -> Usage:
+        """This count, with what a later event of the same answer says instead (a stream says its
+        prompt first and its output at the end: Anthropic's `message_start`, then `message_delta`)."""
+        return Usage(
+            later.evaluated or self.evaluated,
+            later.reused or self.reused,
+            later.output or self.output,
+            later.written or self.written,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +81,7 @@ class Reply:
     data: dict[str, Any]
     raw: bytes | None = None  # the upstream's exact body; forwarded untouched when present
     native: dict[str, Any] | None = None  # the answer in the client's own API, from a tier that speaks it
-    prompt: Prompt | None = None  # the server's count of the prompt, where it gives one
+    usage: Usage | None = None  # the server's count of the call's tokens, where it gives one
     speed: Speed | None = None  # the speed it was served at, where its provider says (or the router knows)
     looped: bool = False  # it went round in a loop and was stopped there (router/upstream/loops.py)
 
@@ -74,7 +92,7 @@ class Chunk:
     raw: bytes | None = None  # the upstream's exact JSON of this SSE event
     more: bool = False  # the next event was already received (the transport may coalesce writes)
     native: dict[str, Any] | None = None  # the upstream's event in the client's own API (pass-through)
-    prompt: Prompt | None = None  # the server's count of the prompt (on the event that carries usage)
+    usage: Usage | None = None  # the server's count of the call's tokens (on the events that carry usage)
     beat: bool = False  # no answer yet: a keep-alive for the client (router/flow/pipeline.py's `stream`)
     speed: Speed | None = None  # the speed the answer is served at (on the events that say it)
     looped: bool = False  # the answer went round in a loop and ends here (router/upstream/loops.py)

@@ -1,7 +1,7 @@
 """What the router reads of a chat-completions answer (OpenAI's shape, from any OpenAI-compatible
 server), and how an unusual one is made standard before anything else sees it:
 
-    prompt_of(data)                     the server's own count of the prompt (llama.cpp's timings, OpenAI's usage)
+    usage_of(data)                      the server's own count of the tokens (llama.cpp's timings, OpenAI's usage)
     malformed(data, part)               what makes an answer or a chunk unusable (a field of the wrong type)
     drop_legacy_call(data)              the legacy `function_call` some servers write beside `tool_calls`, removed
     without_repeated_heads(chunk, ...)  a tool call's id and name repeated in every delta, dropped after the first
@@ -11,21 +11,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.upstream.base import Chunk, Prompt, token_count
+from router.upstream.base import Chunk, Usage, token_count
 
 
-def prompt_of(data: dict[str, Any]) -> Prompt | None:
-    """The server's own count of the prompt: llama.cpp's `timings` (`prompt_n` evaluated, `cache_n`
-    reused), else OpenAI's `usage.prompt_tokens_details.cached_tokens` (OpenAI, vLLM, SGLang)."""
+def usage_of(data: dict[str, Any]) -> Usage | None:
+    """The server's own count of the call's tokens: llama.cpp's `timings` (`prompt_n` evaluated,
+    `cache_n` reused, `predicted_n` written out), else OpenAI's `usage` (`prompt_tokens`, of them
+    `prompt_tokens_details.cached_tokens` reused; `completion_tokens`: OpenAI, vLLM, SGLang)."""
     timings = data.get("timings")
     if isinstance(timings, dict) and "prompt_n" in timings:
-        return Prompt(token_count(timings.get("prompt_n")), token_count(timings.get("cache_n")))
+        evaluated, reused = token_count(timings.get("prompt_n")), token_count(timings.get("cache_n"))
+        return Usage(evaluated, reused, token_count(timings.get("predicted_n")))
     usage = data.get("usage")
     if not isinstance(usage, dict) or "prompt_tokens" not in usage:
         return None
     details = usage.get("prompt_tokens_details")
     cached = token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    return Prompt(max(0, token_count(usage.get("prompt_tokens")) - cached), cached)
+    output = token_count(usage.get("completion_tokens"))
+    return Usage(max(0, token_count(usage.get("prompt_tokens")) - cached), cached, output)
+
 
 def drop_legacy_call(data: dict[str, Any]) -> bool:
     """Remove the legacy `function_call` that llama-cpp-python writes beside `tool_calls` (with a

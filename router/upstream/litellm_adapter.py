@@ -17,6 +17,7 @@ from router.errors import ContextExceeded, UpstreamError, UpstreamStatus, Upstre
 from router.policy.model import Tier
 from router.sessions import Session
 from router.upstream.base import Chunk, Native, Reply, token_count
+from router.upstream.chat_view import usage_of
 from router.upstream.context import exceeded
 
 # The fields of a client's body that reach litellm: the OpenAI request (plus `thinking`/`top_k`, which
@@ -135,7 +136,8 @@ class LitellmUpstream:
                 resp = await self._litellm.acompletion(**self._kwargs(body, deadline, stream=False))
         except Exception as exc:
             raise self._failure(exc) from None
-        return Reply(resp.model_dump(exclude_none=True))
+        data = resp.model_dump(exclude_none=True)
+        return Reply(data, usage=usage_of(data))
 
     async def stream(
         self, body: dict[str, Any], deadline: float, session: Session | None = None
@@ -150,7 +152,8 @@ class LitellmUpstream:
         try:
             chunk = first
             while chunk is not None:
-                yield Chunk(chunk.model_dump(exclude_none=True))
+                data = chunk.model_dump(exclude_none=True)
+                yield Chunk(data, usage=usage_of(data) if "usage" in data else None)
                 chunk = await anext(chunks, None)
         except Exception as exc:
             raise self._failure(exc) from None

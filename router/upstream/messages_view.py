@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 
+from router.upstream.base import Usage, token_count
+
 _STOP_REASONS = {
     "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
     "content_filter": "refusal",
@@ -45,3 +47,15 @@ def chat_message(message: Mapping[str, Any]) -> dict[str, Any]:
     if calls:
         out["tool_calls"] = calls
     return out
+
+
+def messages_usage(usage: Any) -> Usage | None:
+    """A Messages `usage` as a `Usage`: `input_tokens` (not read from the cache) and
+    `cache_creation_input_tokens` evaluated, the latter written to the cache; `cache_read_input_tokens`
+    reused; `output_tokens`. None where there is none."""
+    if not isinstance(usage, Mapping):
+        return None
+    written = token_count(usage.get("cache_creation_input_tokens"))
+    evaluated = token_count(usage.get("input_tokens")) + written
+    reused, output = token_count(usage.get("cache_read_input_tokens")), token_count(usage.get("output_tokens"))
+    return Usage(evaluated, reused, output, written) if evaluated or reused or output else None

@@ -3,7 +3,7 @@
 A tier keeps each session's prompt prefix where its policy says (`sessions`, router/sessions/affinity.py):
 on one replica of an `api_base` list, and on llama.cpp's llama-server in one slot (`id_slot` +
 `cache_prompt`); `prefill` reads a session's prompt into its slot ahead of a call (router/core/live/warming.py).
-The server's own count of each prompt — tokens evaluated and reused — comes with the answer (`Prompt`).
+The server's own count of each prompt — tokens evaluated and reused — comes with the answer (`Usage`).
 What a request becomes on the tier — its defaults, params and model, its output cap, its
 `service_tier` (Anthropic's `speed` never: no OpenAI API takes it) — is `TierBody`'s (openai_body.py);
 the answer's `service_tier` comes with the answer (`Speed`, router/upstream/speed.py).
@@ -42,13 +42,13 @@ from router.sessions.provenance import mark_items, model_tag
 from router.upstream import llama_cpp, scoring
 from router.upstream.answer import Answer
 from router.upstream.base import Chunk, Limits, Native, Reply, chat_usage
-from router.upstream.chat_view import drop_legacy_call, malformed, prompt_of, without_repeated_heads
+from router.upstream.chat_view import drop_legacy_call, malformed, usage_of, without_repeated_heads
 from router.upstream.context import props_window, served_window
 from router.upstream.http import PooledHTTP
 from router.upstream.loops import Loop
 from router.upstream.openai_body import TierBody
 from router.upstream.responses_tools import ToolMap
-from router.upstream.responses_view import ResponsesEvents, completion_of
+from router.upstream.responses_view import ResponsesEvents, completion_of, responses_usage
 from router.upstream.responses_ws import SocketTurns
 from router.upstream.speed import served
 
@@ -91,7 +91,7 @@ class OpenAICompatUpstream(PooledHTTP):
         try:
             if self.llama_cpp and (name := llama_cpp.named_choice(body)) is not None:
                 completion = await self._forced_call(body, name, lease, deadline)
-                return Reply(completion, prompt=prompt_of(completion))
+                return Reply(completion, usage=usage_of(completion))
             if self.config.cut_loops and not legacy:
                 return await self._whole_stream(body, deadline, lease)
             payload = self.bodies.chat(body, False, lease.slot)
@@ -128,7 +128,7 @@ class OpenAICompatUpstream(PooledHTTP):
         if problem := malformed(data, "message"):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
         self.llama_cpp = self.llama_cpp or answer.timings is not None
-        return Reply(data, prompt=prompt_of(data), speed=speed, looped=loop.looped)
+        return Reply(data, usage=usage_of(data), speed=speed, looped=loop.looped)
 
     def stream(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
         if self.affinity.slots or (self.llama_cpp and llama_cpp.named_choice(body) is not None):
@@ -171,7 +171,7 @@ class OpenAICompatUpstream(PooledHTTP):
             if self.llama_cpp and (name := llama_cpp.named_choice(body)) is not None:
                 completion = await self._forced_call(body, name, lease, deadline)
                 for data in llama_cpp.completion_chunks(completion):
-                    yield Chunk(data, prompt=prompt_of(data) if "timings" in data else None)
+                    yield Chunk(data, usage=usage_of(data) if "timings" in data else None)
                 return
             payload = self.bodies.chat(body, True, lease.slot)
             events = self._events(self.urls[lease.replica], payload, deadline)
@@ -245,10 +245,10 @@ class OpenAICompatUpstream(PooledHTTP):
         if problem := malformed(data, "message"):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
         self.llama_cpp = self.llama_cpp or "timings" in data
-        prompt, speed = prompt_of(data), served(data.get("service_tier"))
+        usage, speed = usage_of(data), served(data.get("service_tier"))
         if not legacy and drop_legacy_call(data):
-            return Reply(data, prompt=prompt, speed=speed)  # re-encoded without it
-        return Reply(data, raw, prompt=prompt, speed=speed)
+            return Reply(data, usage=usage, speed=speed)  # re-encoded without it
+        return Reply(data, raw, usage=usage, speed=speed)
 
     def _native_payload(self, native: Native, stream: bool) -> bytes:
         return orjson.dumps({**self.bodies.responses(native.body), "stream": stream})
@@ -263,7 +263,8 @@ class OpenAICompatUpstream(PooledHTTP):
                     final = chunk.native.get("response")
             if not isinstance(final, dict) or not isinstance(final.get("output"), list):
                 raise UpstreamError(f"tier {self.tier!r} ended its answer without a response", tier=self.tier)
-            return Reply(completion_of(final, tools), native=final)  # its items marked as they streamed
+            usage = responses_usage(final.get("usage"))
+            return Reply(completion_of(final, tools), native=final, usage=usage)  # its items marked as they streamed
         payload = self._native_payload(native, False)
         url = self.responses_urls[self.affinity.place(session).replica]
         return await self.post_json(url, payload, deadline, lambda raw, data: _response(raw, data, tools, self.tag))
@@ -307,9 +308,9 @@ class OpenAICompatUpstream(PooledHTTP):
             raise UpstreamError(f"tier {self.tier!r} sent an error event: {message}", tier=self.tier)
         if problem := malformed(data, "delta"):
             raise UpstreamError(f"tier {self.tier!r} sent a malformed SSE event ({problem})", tier=self.tier)
-        prompt = prompt_of(data) if "usage" in data or "timings" in data else None
+        usage = usage_of(data) if "usage" in data or "timings" in data else None
         tier = data.get("service_tier")  # OpenAI's: in every chunk
-        return Chunk(data, raw, prompt=prompt, speed=served(tier) if tier is not None else None)
+        return Chunk(data, raw, usage=usage, speed=served(tier) if tier is not None else None)
 
     # -- context (router/upstream/context.py) ---------------------------------------------------
     @property
@@ -356,4 +357,5 @@ def _response(raw: bytes, response: dict[str, Any], tools: ToolMap, tag: str) ->
         raise ValueError("a response without an output list")
     marked = mark_items(response["output"], tag)  # its encrypted reasoning, marked with the tier's model
     speed = served(response.get("service_tier"))
-    return Reply(completion_of(response, tools), None if marked else raw, native=response, speed=speed)
+    usage = responses_usage(response.get("usage"))
+    return Reply(completion_of(response, tools), None if marked else raw, native=response, speed=speed, usage=usage)

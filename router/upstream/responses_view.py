@@ -20,7 +20,7 @@ import orjson
 
 from router.errors import UpstreamError, upstream_text
 from router.sessions.provenance import mark_event
-from router.upstream.base import Chunk, native_event, token_count
+from router.upstream.base import Chunk, Usage, native_event, token_count
 from router.upstream.responses_tools import ToolMap, freeform_arguments
 from router.upstream.speed import served
 
@@ -28,6 +28,17 @@ _CALLS = ("function_call", "custom_tool_call")
 _DELTAS = ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta")
 # the events whose response says its `service_tier` (the one asked for first, the one it got at the end)
 _SAY_TIER = ("response.created", "response.completed", "response.incomplete")
+
+
+def responses_usage(usage: Any) -> Usage | None:
+    """A Responses `usage` as a `Usage`: `input_tokens`, of them `input_tokens_details.cached_tokens`
+    reused; `output_tokens`. None where there is none."""
+    if not isinstance(usage, Mapping) or "input_tokens" not in usage:
+        return None
+    details = usage.get("input_tokens_details")
+    cached = token_count(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+    prompt = token_count(usage.get("input_tokens"))
+    return Usage(max(0, prompt - cached), min(cached, prompt), token_count(usage.get("output_tokens")))
 
 
 def _usage(usage: Any) -> dict[str, int] | None:
@@ -111,7 +122,8 @@ class ResponsesEvents:
         data["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
         data["id"], data["model"] = self.id, self.model
         if event["type"] in _SAY_TIER and isinstance(response := event.get("response"), dict):
-            return Chunk(data, None, native=event, speed=served(response.get("service_tier")))
+            usage = responses_usage(response.get("usage"))
+            return Chunk(data, None, native=event, speed=served(response.get("service_tier")), usage=usage)
         return Chunk(data, None, native=event)
 
     def _delta(self, event: dict[str, Any], data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
