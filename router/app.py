@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from router import log_output
 from router.api import admin, chat, error_response, messages, responses, responses_ws
 from router.api.access import AccessLog
+from router.console import routes as console
 from router.errors import NotStarted, RouterError, ShuttingDown, UnknownPath
 from router.policy.model import Policy
 from router.policy.watch import PolicyHolder
@@ -228,6 +229,7 @@ def create_app(
         WebSocketRoute("/v1/responses", responses_ws.connect),
         WebSocketRoute("/responses", responses_ws.connect),
         *admin.routes,
+        *console.routes(runtime),
     ]
     app = App(
         routes=routes,

@@ -271,7 +271,7 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
 
         def shutdown(self) -> None:
             if self._runtime is not None:
-                self._runtime.open.drain()
+                self._runtime.drain()
             super().shutdown()
 
         # -- limits --------------------------------------------------------------------------------
@@ -337,7 +337,7 @@ class GuardedWebSockets(WebSocketsSansIOProtocol):
         if runtime is None:
             super().shutdown()
             return
-        runtime.open.drain()
+        runtime.drain()
         self.loop.call_later(runtime.open.grace * CUT_AT + 0.2, super().shutdown)
 
 

@@ -67,6 +67,19 @@ class Metrics:
             ["route", "outcome"],
             registry=r,
         )
+        self.cost = Counter(  # router/core/live/ledger.py
+            "router_cost_usd",
+            "USD the calls cost at their tiers' prices (every attempt), by answering tier and route",
+            ["tier", "route"],
+            registry=r,
+        )
+        self.baseline_cost = Counter(
+            "router_baseline_cost_usd",
+            "USD the same calls would have cost on the baseline tier, by answering tier and route (calls whose "
+            "cost or baseline is not known are left out of both)",
+            ["tier", "route"],
+            registry=r,
+        )
         self.samples = Counter(  # router/flow/attempts.py
             "router_samples",
             "Calls that went on sampled on the repeat tier after the greedy last tier's sign or mistake, by "
@@ -211,6 +224,10 @@ class Metrics:
     def observe_agent_errors(self, calls: Sequence[RoutedCall]) -> None:
         for c in calls:
             self.mistakes.labels(c.tier, c.route, AGENT_REPORTED_ERROR).inc()
+
+    def observe_worth(self, tier: str, route: str, cost: float, baseline: float) -> None:
+        self.cost.labels(tier, route).inc(cost)
+        self.baseline_cost.labels(tier, route).inc(baseline)
 
     def observe_call(self, tier: str, route: str, escalated: bool, ttft: float, total: float) -> None:
         key = (tier, route, escalated)

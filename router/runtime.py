@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
+from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +20,9 @@ from router.core.checks.verify import VerdictCache
 from router.core.live.adaptive import AdaptiveState
 from router.core.live.breaker import Breakers
 from router.core.live.context import Windows
+from router.core.live.feed import Feed
 from router.core.live.lanes import Choice, Lanes
+from router.core.live.ledger import Finished, Ledger
 from router.core.live.open_calls import OpenCalls
 from router.core.live.repeats import Repeats
 from router.core.live.response_state import ResponseCache, ResponseState
@@ -32,9 +36,12 @@ from router.sessions.sockets import Budget
 from router.settings import Settings
 from router.store import Store
 from router.store.base import LANE_PREFIX, Event
+from router.store.calls import CallRecord
 from router.upstream import Build, Limits, Upstreams, build_upstream
 
 log = logging.getLogger("router")
+CALL_LOG_INTERVAL = 0.5  # seconds between writes of finished calls to the store's call log
+MAX_PENDING_CALLS = 10_000  # finished calls waiting for the store at most
 
 
 Background = Callable[[Coroutine[Any, Any, Any]], None]  # runs a coroutine off the request path
@@ -56,6 +63,7 @@ class Parts:
     store: Store
     metrics: Metrics
     background: Background  # runs a coroutine off the request path (`Runtime.background`)
+    ledger: Ledger  # prices, sessions' accounts, tiers' observed speeds: what a call is worth
 
 
 class Runtime:
@@ -97,14 +105,47 @@ class Runtime:
         cache = ResponseCache(settings.responses_cache_entries, settings.responses_cache_bytes)
         durable = settings.responses_store_ttl > 0 and store.backend != "memory"  # memory:// adds nothing
         self.responses = ResponseState(cache, store if durable else None, self.metrics)  # previous_response_id
+        self.ledger = Ledger(settings.ledger_max_sessions)  # what calls cost against the baseline
+        self.feed = Feed()  # finished calls, pushed to the console's viewers
+        self._calls: deque[CallRecord] = deque()  # finished calls not yet in the store's call log
         self.parts = Parts(
             upstreams=self.upstreams, breakers=self.breakers, windows=self.windows, warming=self.warming,
             validator=self.validator, verdicts=self.verdicts, repeats=self.repeats, shadow=self.shadow,
-            store=store, metrics=self.metrics, background=self.background,
+            store=store, metrics=self.metrics, background=self.background, ledger=self.ledger,
         )  # fmt: skip
         self.inflight = 0  # calls in flight: changed only by router/api's `Admission`
         self.ready = False
         self._tasks: set[asyncio.Task[Any]] = set()
+
+    def drain(self) -> None:
+        """The server stops taking calls: those open end within the grace, the console's viewers now."""
+        self.open.drain()
+        self.feed.close()
+
+    def finished(self, outcome: Finished) -> None:
+        """A routed call is over (its transport's last word): what it cost, added up; logged in the
+        store (in batches, `_log_calls`) and pushed to the console's viewers."""
+        self.ledger.add(outcome)
+        if outcome.cost_usd is not None and outcome.baseline_usd is not None:
+            self.metrics.observe_worth(outcome.tier, outcome.route, outcome.cost_usd, outcome.baseline_usd)
+        record = CallRecord(uuid.uuid4().hex, outcome.session, outcome.ended_at, outcome.to_json())
+        if len(self._calls) >= MAX_PENDING_CALLS:  # the store is behind: the oldest waiting is let go
+            self._calls.popleft()
+            self.metrics.tripped("call_log_behind")
+        self._calls.append(record)
+        self.feed.publish({"id": record.id, "session": record.session, "ts": record.ts, **record.data})
+
+    async def _log_calls(self) -> None:
+        """Finished calls into the store's call log, every `CALL_LOG_INTERVAL` seconds."""
+        while True:
+            await asyncio.sleep(CALL_LOG_INTERVAL)
+            await self._flush_calls()
+
+    async def _flush_calls(self) -> None:
+        if self._calls:
+            batch = list(self._calls)
+            self._calls.clear()
+            await self.store.calls_put(batch)
 
     def background(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run off the request path; failures are logged, never raised to a client."""
@@ -138,9 +179,11 @@ class Runtime:
         self.tracing.open()
         await self.upstreams.apply(self.policy.current)
         self.windows.apply(self.policy.current)
+        self.ledger.prices(self.policy.current)  # the price table read now, not by the first call
         if self.settings.reload_policy and self.policy.path is not None:
             self.background(watch(self.policy, self.policy.path, on_change=self.apply))
         self.background(self.adaptive.run())
+        self.background(self._log_calls())
         self.background(self.responses.run())
         self.ready = True
 
@@ -149,6 +192,8 @@ class Runtime:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.feed.close()
+        await self._flush_calls()  # the calls not yet in the store's call log
         await self.responses.close()  # what is still queued for the store
         await self.warming.close()
         await self.windows.close()

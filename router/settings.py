@@ -23,6 +23,11 @@ class Settings(BaseSettings):
 
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="request bodies above → 413")
     max_concurrency: int = Field(512, ge=1, description="calls in flight above → 503 with Retry-After")
+    admin_key: SecretStr | None = Field(
+        default=None,
+        description="the key the console (/console) and its API ask for where there are client keys, or "
+        "where the router listens beyond loopback (header `x-admin-key` or `Authorization: Bearer`)",
+    )
     client_keys: list[SecretStr] = Field(
         default_factory=list, description="client API keys (added to the policy's client_keys)"
     )
@@ -134,6 +139,11 @@ class Settings(BaseSettings):
     )
     shutdown_grace: float = Field(
         5.0, gt=0, description="seconds calls may finish after SIGTERM; streams still open then get an error ending"
+    )
+
+    # what routing is worth (router/core/live/ledger.py, router/store/calls.py)
+    ledger_max_sessions: int = Field(
+        10_000, ge=1, description="sessions whose running totals one process keeps in memory (least recent dropped)"
     )
 
     # OpenTelemetry traces (router/core/live/tracing.py): on or off by the standard OTEL_* variables alone

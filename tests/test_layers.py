@@ -16,7 +16,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     # offline tools and the fake upstream: they may use anything below
     7: ("router.__main__", "router.commands", "router.fake"),
     6: ("router.app", "router.connections", "router.serve", "router.supervisor"),  # the app, its server and workers
-    5: ("router.api", "router.responses", "router.messages"),  # transports and their translations
+    5: ("router.api", "router.responses", "router.messages", "router.console"),  # transports, translations, console
     4: ("router.flow",),  # one call's flow
     3: ("router.runtime",),  # what one running proxy owns
     2: ("router.core",),  # the parts the flow uses

@@ -84,6 +84,7 @@ def observe(runtime: Runtime, outcome: Outcome, ttft: float | None) -> None:
     """Count a served call: its final tier and route, time to first byte and in total."""
     elapsed = outcome.took
     runtime.metrics.observe_call(outcome.tier, outcome.route, outcome.escalated, ttft or elapsed, elapsed)
+    runtime.finished(outcome)
 
 
 class Admission:

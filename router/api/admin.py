@@ -15,8 +15,9 @@ from starlette.routing import Route
 
 from router.api import authorize, endpoint, runtime_of
 from router.api.messages import anthropic_error
+from router.console import views
 from router.constants import MODELS_WAIT
-from router.errors import BadRequest, NotFound, RouterError
+from router.errors import BadRequest, NotFound, RouterError, UnknownPath
 from router.policy.model import Policy
 
 
@@ -188,6 +189,35 @@ async def series(request: Request) -> Response:
 
 
 @endpoint
+async def sessions(request: Request) -> Response:
+    """Recent sessions, newest first, with their cost against the baseline (router/console/views.py)."""
+    runtime = runtime_of(request)
+    authorize(runtime, request)
+    limit = _count(request, "limit", 50)
+    return _json({"sessions": await views.sessions(runtime.store, limit)})
+
+
+@endpoint
+async def session(request: Request) -> Response:
+    """One session's totals and calls, each with its decision chain."""
+    runtime = runtime_of(request)
+    authorize(runtime, request)
+    found = await views.session(runtime.store, request.path_params["session_id"], _count(request, "limit", 500))
+    if found is None:
+        raise UnknownPath("No calls of this session are kept.")
+    return _json(found)
+
+
+def _count(request: Request, name: str, default: int) -> int:
+    value = request.query_params.get(name)
+    if value is None:
+        return default
+    if not value.isdigit() or not 1 <= int(value) <= 1000:
+        raise BadRequest(f"'{name}' must be a whole number from 1 to 1000.", param=name)
+    return int(value)
+
+
+@endpoint
 async def metrics(request: Request) -> Response:
     return Response(runtime_of(request).metrics.render(), media_type="text/plain; version=0.0.4")
 
@@ -211,6 +241,8 @@ routes = [
     Route("/v1/models/{model_id}", model, methods=["GET"]),
     Route("/v1/router/stats", stats, methods=["GET"]),
     Route("/v1/router/series", series, methods=["GET"]),
+    Route("/v1/router/sessions", sessions, methods=["GET"]),
+    Route("/v1/router/sessions/{session_id}", session, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
 ]

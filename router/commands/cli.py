@@ -69,8 +69,10 @@ def serve(
 
 @app.command()
 def check(files: Annotated[list[Path], typer.Argument(help="policy files")]) -> None:
-    """Validate policy files; print every error as file:line and exit 1 if any."""
-    from router.policy.loader import check_file
+    """Validate policy files; print every error as file:line and exit 1 if any. For a valid one, say
+    where each tier's prices come from (declared, the table, local) and warn of a hosted tier with none."""
+    from router.core.live.prices import Prices
+    from router.policy.loader import check_file, load_policy
 
     failed = False
     for path in files:
@@ -79,8 +81,17 @@ def check(files: Annotated[list[Path], typer.Argument(help="policy files")]) -> 
             typer.echo(line, err=True)
         if errors:
             failed = True
-        else:
-            typer.echo(f"{path}: ok")
+            continue
+        typer.echo(f"{path}: ok")
+        policy = load_policy(path)
+        prices = Prices(policy)
+        for tier, source in prices.sources.items():
+            typer.echo(f"  price of {tier}: {source}")
+        typer.echo(f"  baseline: {policy.baseline_tier or 'none (no escalation chain, no baseline:)'}")
+        for tier, rates in prices.rates.items():
+            if rates is None:
+                typer.echo(f"{path}: warning: tier {tier!r} is hosted and has no price: its calls' cost is not "
+                           "shown (declare `price:`)", err=True)  # fmt: skip
     raise typer.Exit(1 if failed else 0)
 
 

@@ -36,10 +36,11 @@ from router.core.checks.offered import ToolSet
 from router.core.checks.verify import Proposal, verify
 from router.core.live import repeats
 from router.core.live.lanes import STANDARD_LANE, Choice
+from router.core.live.ledger import Worth
 from router.core.live.repeats import Resampling, Seen, resampled
 from router.errors import ChecksFailed, ChecksFailedRepeatedly, ContextExceeded, TierOpen, UpstreamError, UpstreamStatus
 from router.flow import next_tier
-from router.flow.outcome import Account
+from router.flow.outcome import Account, Tried
 from router.flow.record import Record
 from router.flow.steps import DELIVER, Deliver, Fail, Held, Repeat, Retry, Sample, Step, Why
 from router.mistakes import CONTEXT_EXCEEDED, SIGNS, TIER_OPEN, VERIFIER_REJECT, Mistake
@@ -94,6 +95,11 @@ class Attempts(Account):
                 self.call = resampled(call, resampling.temperature)
                 self.tier = resampling.tier
             self.record.repeat(self.repeat)
+
+    def worth(self, tried: tuple[Tried, ...]) -> Worth:
+        """The call's cost and its baseline, at the policy's prices (router/core/live/ledger.py)."""
+        ledger = self.parts.ledger
+        return ledger.worth(ledger.prices(self.policy), self.session, tried, self.tier)
 
     def refused(self) -> ChecksFailedRepeatedly:
         """The error of a repeat that is not run (`repeat` is `REFUSED`)."""

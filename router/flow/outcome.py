@@ -18,11 +18,13 @@ once it ends. While the call runs, its `Timeline` keeps each attempt's times.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from router.core.live.lanes import Choice
+from router.core.live.ledger import Worth
 from router.flow.record import Record
 from router.upstream.base import Speed, Usage
 
@@ -34,6 +36,7 @@ class Tried(NamedTuple):
     started: float  # seconds after the call began
     first_token: float | None  # the first chunk or the whole answer, if any
     ended: float | None  # None while it runs
+    usage: Usage | None  # its tokens, by its tier's own count (None: it said none)
 
 
 class Outcome(NamedTuple):
@@ -62,6 +65,45 @@ class Outcome(NamedTuple):
     attempts: tuple[Tried, ...]
     session: str
     took: float  # seconds from the call's start to this record
+    ended_at: float  # unix seconds of this record
+    cost_usd: float | None  # what its attempts cost (router/core/live/ledger.py; None: not known, see `why`)
+    baseline_usd: float | None  # what the same call would have cost on the baseline tier
+    baseline_s: float | None  # and taken there
+    why: str  # why a cost or baseline figure is absent ("" when none is)
+
+    def to_json(self) -> dict[str, Any]:
+        """The call as the call log keeps it and the console shows it (router/store/calls.py)."""
+        usage = next((t.usage for t in reversed(self.attempts) if t.usage is not None), None)
+        return {
+            "route": self.route, "reason": self.reason, "lane": self.lane, "tier": self.tier,
+            "tried": list(self.tried), "skipped": list(self.skipped), "mistakes": list(self.mistakes),
+            "escalated": self.escalated, "repaired": self.repaired, "exhausted": self.exhausted,
+            "signs": list(self.signs), "salvaged": self.salvaged, "looped": self.looped,
+            "verified": list(self.verdicts), "repeat": self.repeat, "sampled": self.sampled,
+            "speed": self.speed.served if self.speed is not None else None,
+            "tokens": {
+                "prompt": usage.prompt if usage else 0, "cached": usage.reused if usage else 0,
+                "output": usage.output if usage else 0,
+            },
+            "attempts": [
+                {"tier": t.tier, "mistakes": list(t.mistakes), "how": t.how, "started": _ms(t.started),
+                 "first_token": _ms(t.first_token), "ended": _ms(t.ended),
+                 "usage": _tokens(t.usage)}
+                for t in self.attempts
+            ],
+            "seconds": round(self.took, 4), "cost_usd": self.cost_usd, "baseline_cost_usd": self.baseline_usd,
+            "baseline_seconds": self.baseline_s, "worth_unknown": self.why or None,
+        }  # fmt: skip
+
+
+def _tokens(usage: Usage | None) -> dict[str, int] | None:
+    if usage is None:
+        return None
+    return {"evaluated": usage.evaluated, "reused": usage.reused, "output": usage.output, "written": usage.written}
+
+
+def _ms(seconds: float | None) -> float | None:
+    return round(seconds * 1000, 1) if seconds is not None else None
 
 
 @dataclass(slots=True)
@@ -72,6 +114,7 @@ class _Run:
     first_token: float | None = None
     ended: float | None = None
     how: str = "running"
+    usage: Usage | None = None
 
 
 class Timeline:
@@ -97,13 +140,18 @@ class Timeline:
         run = self._runs[-1]
         run.tier, run.how, run.ended = tier, how, at
 
+    def used(self, usage: Usage) -> None:
+        """The running attempt's tokens, as its tier counted them."""
+        if self._runs:
+            self._runs[-1].usage = usage
+
     def tried(self, mistakes: Sequence[str]) -> tuple[Tried, ...]:
         """The attempts, each with its share of the call's `mistakes`."""
         runs, out = self._runs, []
         for i, run in enumerate(runs):
             end = runs[i + 1].mistakes_from if i + 1 < len(runs) else len(mistakes)
             out.append(Tried(run.tier, tuple(mistakes[run.mistakes_from : end]), run.how, run.started,
-                             run.first_token, run.ended))  # fmt: skip
+                             run.first_token, run.ended, run.usage))  # fmt: skip
         return tuple(out)
 
 
@@ -171,6 +219,7 @@ class Account:
         if prompt is not None:
             self.prompt_evaluated += prompt.evaluated
             self.prompt_reused += prompt.reused
+            self.timeline.used(prompt)
 
     def released(self, tier: str) -> None:
         """A call to `tier` ended neither way (cancelled: the client left, a hedge lost)."""
@@ -183,9 +232,15 @@ class Account:
 
     def outcome(self) -> Outcome:
         """The call as it stands, frozen."""
+        tried = self.timeline.tried(self.mistakes)
+        worth = self.worth(tried)
         return Outcome(  # positionally, in `Outcome`'s order: a third of the cost of keywords
             self.route, self.reason, self.lane.name, self.tier, tuple(self.tried), tuple(self.skipped),
             tuple(self.mistakes), self.escalated, self.repaired, self.exhausted, tuple(self.signs), self.salvaged,
             self.looped, tuple(self.verdicts), self.prompt_evaluated, self.prompt_reused, self.repeat, self.sampled,
-            self.speed, self.answered_natively, self.timeline.tried(self.mistakes), self.session, self.now(),
+            self.speed, self.answered_natively, tried, self.session, self.now(), time.time(), *worth,
         )  # fmt: skip
+
+    def worth(self, tried: tuple[Tried, ...]) -> Worth:
+        """The call's cost and baseline (router/core/live/ledger.py): not known to a bare account."""
+        return Worth(None, None, None, "not priced")

@@ -309,6 +309,8 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
     else:
         source = upstream.stream(body, attempts.deadline, session=attempts.call.session)
     together: list[Chunk] = []  # ready to send, from events received in one read
+    options = attempts.call.body.get("stream_options")
+    counts_asked = isinstance(options, dict) and options.get("include_usage") is True
     step: Step | None = None
     usage: Usage | None = None  # the server's count of the call's tokens, on the events with usage
     speed: Speed | None = None  # the speed it is served at, on the events that say it
@@ -317,6 +319,8 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
             async for chunk in source:
                 if chunk.usage is not None:
                     usage = chunk.usage if usage is None else usage.then(chunk.usage)
+                    if not counts_asked and chunk.native is None and not chunk.data.get("choices"):
+                        continue  # the token counts the router asked for, not the client
                 if chunk.speed is not None and chunk.speed is not speed:
                     speed = chunk.speed
                     attempts.sped(tier, speed)

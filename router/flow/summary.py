@@ -37,6 +37,8 @@ def router_headers(outcome: Outcome) -> dict[str, str]:
         **({"x-router-repeat": outcome.repeat} if outcome.repeat else {}),
         **({"x-router-sampled": outcome.sampled} if outcome.sampled else {}),
         **({"x-router-speed": speed_header(speed)} if (speed := outcome.speed) is not None else {}),
+        **({"x-router-cost-usd": usd(cost)} if (cost := outcome.cost_usd) is not None else {}),
+        **({"x-router-baseline-cost-usd": usd(base)} if (base := outcome.baseline_usd) is not None else {}),
     }
 
 
@@ -72,8 +74,18 @@ def summary(outcome: Outcome) -> bytes:
                 if outcome.speed is not None and outcome.speed.fallback
                 else {}
             ),
+            "cost_usd": usd(outcome.cost_usd) if outcome.cost_usd is not None else None,
+            "baseline_cost_usd": usd(outcome.baseline_usd) if outcome.baseline_usd is not None else None,
+            "baseline_seconds": round(outcome.baseline_s, 3) if outcome.baseline_s is not None else None,
+            **({"worth_unknown": outcome.why} if outcome.why else {}),
+            "seconds": round(outcome.took, 3),
         }
     )
+
+
+def usd(amount: float) -> str:
+    """Dollars as a decimal string, to the millionth (a cost, a baseline): "0.001234"."""
+    return f"{amount:.6f}"
 
 
 def speed_header(speed: Speed) -> str:

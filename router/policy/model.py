@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, model_validator
 
 from router.mistakes import ESCALATE_BY_DEFAULT, MISTAKE_KINDS, MistakeKind  # noqa: F401 (MISTAKE_KINDS: named here too)
+from router.policy.price import Price
 from router.policy.references import reference_problems
 from router.policy.route import Route
 from router.policy.strict import PositiveFloat, Strict
@@ -127,6 +128,11 @@ class Tier(Strict):
     )
     service_tier: str | None = Field(
         default=None, min_length=1, description="openai/* tiers: the `service_tier` asked for (OpenAI: `priority`)"
+    )
+    price: Price | None = Field(
+        default=None,
+        description="USD per million tokens (input, cached_input, cache_write, output) or a multiplier of the "
+        "maintained table's; default: the table's for a hosted tier, 0 for a local one (router/policy/price.py)",
     )
 
     @property
@@ -302,6 +308,10 @@ class Policy(Strict):
         default_factory=dict, description="lanes calls may ask for (router/core/live/lanes.py)"
     )
     discovery: Discovery = Field(default_factory=Discovery, description="names clients' model pickers keep")
+    baseline: str | None = Field(
+        default=None,
+        description="the tier a call's cost and time are set against (default: the escalation chain's last)",
+    )
 
     @model_validator(mode="after")
     def _lanes_valid(self) -> Policy:
@@ -323,9 +333,17 @@ class Policy(Strict):
         problems = reference_problems(
             self.models, self.aliases, routes, self.escalation.to, repeat.tier if repeat is not None else None
         )
+        if self.baseline is not None and self.baseline not in self.models:
+            problems.append((("baseline",), f"unknown tier {self.baseline!r}"))
         if problems:
             raise ValueError("; ".join(f"{'.'.join(map(str, loc))}: {msg}" for loc, msg in problems))
         return self
+
+    @property
+    def baseline_tier(self) -> str | None:
+        """The tier a call's cost and time are set against: `baseline`, else the chain's last tier."""
+        chain = self.escalation.chain
+        return self.baseline or (chain[-1] if chain else None)
 
     def resolve_alias(self, model: str) -> str | None:
         """Incoming model name → "auto" or a tier; exact names first, then tier names, then the names

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from router.constants import BUCKET_SECONDS, MAX_NAME_CHARS
 
 if TYPE_CHECKING:
+    from router.store.calls import CallRecord
     from router.store.responses import Outcome, ResponseChain, ResponseRecord
 
 CounterKey = tuple[str, str, str, str]  # (tier, route, tool, kind)
@@ -288,6 +289,16 @@ class Store(Protocol):
     async def routed_take(self, session: str, call_id: str) -> RoutedCall | None:
         """`routed_get`, and forget the call (atomic): a failure is attributed once, even when the
         client sends the same request again."""
+
+    # -- the call log (router/store/calls.py) -----------------------------------------------------
+    async def calls_put(self, records: Sequence[CallRecord]) -> None:
+        """Keep calls (bounded per session, in sessions and by age). Never raises: logged."""
+
+    async def calls_get(self, session: str, limit: int) -> list[CallRecord]:
+        """A session's newest calls, newest first, at most `limit`. Empty when unreachable."""
+
+    async def call_sessions(self, limit: int) -> list[str]:
+        """Sessions with calls, most recently active first, at most `limit`. Empty when unreachable."""
 
     # -- shadow samples (router/store/samples.py) -------------------------------------------------
     async def samples_put(self, sample: Sample) -> None:

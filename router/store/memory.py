@@ -29,6 +29,7 @@ from router.store.base import (
     store_info,
     window_start,
 )
+from router.store.calls import CallRecord, MemoryCalls
 from router.store.options import StoreOptions
 from router.store.responses import MemoryTable, Outcome, ResponseChain, ResponseRecord
 from router.store.samples import MemorySamples
@@ -117,6 +118,7 @@ class MemoryStore(Sessions):
         self._pruned_at = 0
         self._dropped = 0
         self._samples = MemorySamples(self.options)  # shadow samples
+        self._calls = MemoryCalls(self.options)  # the call log
         self._responses = MemoryTable(self.options.responses_max_rows)  # response state
 
     unusable: str | None = None  # nothing to open
@@ -177,6 +179,17 @@ class MemoryStore(Sessions):
         first = bucket_of(since)
         rows = [(b, *k, n) for b, d in self._buckets.items() if b >= first for k, n in d.items()]
         return rebucket(rows, bucket)
+
+    # -- the call log (router/store/calls.py) ---------------------------------------------------
+
+    async def calls_put(self, records: Sequence[CallRecord]) -> None:
+        await self._calls.put(records)
+
+    async def calls_get(self, session: str, limit: int) -> list[CallRecord]:
+        return await self._calls.get(session, limit)
+
+    async def call_sessions(self, limit: int) -> list[str]:
+        return await self._calls.sessions(limit)
 
     # -- shadow samples (router/store/samples.py) -----------------------------------------------
 

@@ -22,6 +22,10 @@ class StoreOptions:
     # -- shadow samples (router/store/samples.py) --
     max_samples_per_route: int = 500  # newest shadow/QA samples kept per route; older ones are deleted
     sample_max_age: float = 7 * 24 * 3600.0  # samples older than this (seconds) are deleted
+    # -- the call log (router/store/calls.py) --
+    max_calls_per_session: int = 500  # newest calls kept per session
+    max_call_sessions: int = 1_000  # sessions whose calls are kept (the least recently active dropped)
+    call_max_age: float = 7 * 24 * 3600.0  # calls older than this (seconds) are deleted
     # -- response state (router/store/responses.py) --
     responses_ttl: float = default("responses_store_ttl")  # resolves this long after its chain's last write
     responses_max_entry_bytes: int = default("responses_store_max_entry_bytes")  # bigger, as stored: not stored
@@ -37,6 +41,8 @@ class StoreOptions:
                 raise ValueError(f"store option {name} must be >= 1")
         if self.max_samples_per_route < 1 or self.sample_max_age <= 0:  # shadow samples
             raise ValueError("store options max_samples_per_route must be >= 1 and sample_max_age > 0")
+        if min(self.max_calls_per_session, self.max_call_sessions) < 1 or self.call_max_age <= 0:  # calls
+            raise ValueError("store options max_calls_per_session, max_call_sessions must be >= 1, call_max_age > 0")
         if self.responses_ttl <= 0 or min(self.responses_max_entry_bytes, self.responses_max_rows) < 1:
             raise ValueError("store options responses_ttl must be > 0, responses_max_* >= 1")  # response state
         if self.responses_checkpoint_every < 1:

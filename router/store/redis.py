@@ -8,6 +8,7 @@ Keys (all under `prefix`):
   s:<session>      hash  sticky tier + calls left;  r:<session> hash call_id → json,
   rl:<session>     list  call ids oldest first (bounds r:<session>); all expire after session_ttl
   smi: smd: smr    shadow / QA samples (router/store/samples.py)
+  cs: cl:<session> the call log (router/store/calls.py)
   rs:<response id> string: response state for previous_response_id (router/store/responses.py)
 
 Counter batches are applied by one Lua script: atomic (all or nothing) like MULTI/EXEC, and
@@ -38,7 +39,7 @@ from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from router.constants import BUCKET_SECONDS
-from router.store import responses, samples
+from router.store import calls, responses, samples
 from router.store.base import (
     CounterKey,
     RoutedCall,
@@ -50,8 +51,10 @@ from router.store.base import (
     window_start,
 )
 from router.store.buffer import Batch, BufferedStore
+from router.store.calls import CallRecord
 from router.store.coalesce import Coalescer
 from router.store.options import StoreOptions
+from router.store.redis_scripts import APPLY_BATCH, ROUTED_PUT, STICKY_TAKE
 from router.store.responses import Outcome, ResponseChain, ResponseRecord, StoreUnreachable
 from router.store.urls import redact_url, url_secrets
 
@@ -61,59 +64,6 @@ log = logging.getLogger("router.store")
 T = TypeVar("T")
 MARKER_TTL = 24 * 3600  # s; a marker only has to outlive the retries of its own batch
 ROUTED_DELAY = 0.005  # s; routed tool calls of calls ending this close together share a round trip
-
-# KEYS: marker, previous marker, c:all, c:buckets, then one c:<bucket> per bucket.
-# ARGV: marker ttl, oldest bucket kept, bucket lifetime (s), drop previous marker (0/1),
-#       then per bucket: start, field count, field, n, field, n, ...
-APPLY_BATCH = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local oldest, retention = tonumber(ARGV[2]), tonumber(ARGV[3])
-if ARGV[4] == '1' then redis.call('DEL', KEYS[2]) end
-local a, k = 5, 5
-while a <= #ARGV do
-  local start, nf = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  local keep = start >= oldest
-  for i = a + 2, a + 2 * nf, 2 do
-    redis.call('HINCRBY', KEYS[3], ARGV[i], ARGV[i + 1])
-    if keep then redis.call('HINCRBY', KEYS[k], ARGV[i], ARGV[i + 1]) end
-  end
-  if keep then
-    redis.call('EXPIREAT', KEYS[k], start + retention)
-    redis.call('ZADD', KEYS[4], start, ARGV[a])
-  end
-  a, k = a + 2 + 2 * nf, k + 1
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[2])
-redis.call('SET', KEYS[1], '1', 'EX', ARGV[1])
-return 1
-"""
-# KEYS: s:<session>. Returns the tier and uses up one call, or nil.
-STICKY_TAKE = """
-local v = redis.call('HMGET', KEYS[1], 'tier', 'left')
-if not v[1] then return false end
-local left = tonumber(v[2]) or 0
-if left <= 1 then redis.call('DEL', KEYS[1]) else redis.call('HINCRBY', KEYS[1], 'left', -1) end
-if left < 1 then return false end
-return v[1]
-"""
-# KEYS: r:<session>, rl:<session>. ARGV: max kept, ttl ms, then call_id, json, call_id, json, ...
-ROUTED_PUT = """
-local max = tonumber(ARGV[1])
-for i = 3, #ARGV, 2 do
-  if redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) == 0 then redis.call('LREM', KEYS[2], 0, ARGV[i]) end
-  redis.call('RPUSH', KEYS[2], ARGV[i])
-end
-local extra = redis.call('LLEN', KEYS[2]) - max
-if extra > 0 then
-  local old = redis.call('LRANGE', KEYS[2], 0, extra - 1)
-  redis.call('LTRIM', KEYS[2], extra, -1)
-  for i = 1, #old, 1000 do redis.call('HDEL', KEYS[1], unpack(old, i, math.min(i + 999, #old))) end
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return 1
-"""
-
 
 def _routed(call_id: str, raw: str | bytes | None) -> RoutedCall | None:
     return None if raw is None else RoutedCall(call_id, *json.loads(raw))
@@ -185,6 +135,7 @@ class RedisStore(BufferedStore):
         self._put = self._redis.register_script(ROUTED_PUT)
         self._routed: Coalescer[list[str | int]] = Coalescer(self._routed_put_many, delay=ROUTED_DELAY)
         self._samples_put = self._redis.register_script(samples.REDIS_PUT)  # shadow samples
+        self._calls_put = self._redis.register_script(calls.REDIS_PUT)  # the call log
         self._responses_put = self._redis.register_script(responses.REDIS_PUT)  # response state
         self._last_marker = ""
 
@@ -353,6 +304,24 @@ class RedisStore(BufferedStore):
             return _routed(call_id, raw)
 
         return await self._call("routed_take", take)
+
+    # -- the call log (router/store/calls.py) ---------------------------------------------------
+
+    async def calls_put(self, records: Sequence[CallRecord]) -> None:
+        keys, args = calls.redis_keys(self.prefix, records), calls.redis_put_args(records, self.options)
+        await self._call("calls_put", lambda: self._calls_put(keys=keys, args=args))
+
+    async def calls_get(self, session: str, limit: int) -> list[CallRecord]:
+        def get() -> Awaitable[list[CallRecord]]:
+            return calls.redis_get(self._reader, self.prefix, session, limit, self.options)
+
+        return await self._call("calls_get", get, self.read_timeout) or []
+
+    async def call_sessions(self, limit: int) -> list[str]:
+        def sessions() -> Awaitable[list[str]]:
+            return calls.redis_sessions(self._reader, self.prefix, limit, self.options)
+
+        return await self._call("call_sessions", sessions, self.read_timeout) or []
 
     # -- shadow samples (router/store/samples.py) -----------------------------------------------
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from router.constants import BUCKET_SECONDS, LOOKUP_SECONDS
-from router.store import responses, samples
+from router.store import calls, responses, samples
 from router.store.base import (
     Sample,
     SeriesRow,
@@ -38,6 +38,7 @@ from router.store.base import (
     window_start,
 )
 from router.store.buffer import Batch, BufferedStore
+from router.store.calls import CallRecord
 from router.store.memory import Sessions
 from router.store.options import StoreOptions
 from router.store.responses import Outcome, ResponseChain, ResponseRecord, StoreUnreachable
@@ -76,6 +77,7 @@ class SqliteStore(Sessions, BufferedStore):
         self._db: sqlite3.Connection | None = None  # touched only on the writer thread
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-router-sqlite")
         self._samples_schema = False  # shadow samples: table created on first use (writer thread)
+        self._calls_schema = False  # the call log: likewise
         self._responses_schema = False  # response state: likewise
 
     def __repr__(self) -> str:
@@ -182,6 +184,39 @@ class SqliteStore(Sessions, BufferedStore):
         return rebucket(rows, bucket)
 
     # -- sessions ---------------------------------------------------------------------------
+
+    # -- the call log (router/store/calls.py) ---------------------------------------------------
+
+    def _calls_db(self) -> sqlite3.Connection:
+        db = self._conn()
+        if not self._calls_schema:
+            calls.sqlite_schema(db)
+            self._calls_schema = True
+        return db
+
+    async def calls_put(self, records: Sequence[CallRecord]) -> None:
+        def put() -> None:
+            self._calls_db()
+            self._txn(lambda db: calls.sqlite_put(db, records, self.options))
+
+        try:
+            await self._run(put)
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("sqlite store: %d calls were not logged (%s)", len(records), self._describe(exc))
+
+    async def calls_get(self, session: str, limit: int) -> list[CallRecord]:
+        try:
+            return await self._run(lambda: calls.sqlite_get(self._calls_db(), session, limit, self.options))
+        except (sqlite3.Error, OSError) as exc:
+            self._mark_down(exc, "calls")
+            return []
+
+    async def call_sessions(self, limit: int) -> list[str]:
+        try:
+            return await self._run(lambda: calls.sqlite_sessions(self._calls_db(), limit, self.options))
+        except (sqlite3.Error, OSError) as exc:
+            self._mark_down(exc, "calls")
+            return []
 
     # -- shadow samples (router/store/samples.py) -----------------------------------------------
 

@@ -134,10 +134,16 @@ class OpenAICompatUpstream(PooledHTTP):
         if self.affinity.slots or (self.llama_cpp and llama_cpp.named_choice(body) is not None):
             return self._watched(self._held_stream(body, deadline, session))
         url = self.urls[self.affinity.place(session).replica]  # no slot: nothing is held, no wrapper per chunk
-        return self._watched(self._events(url, self.bodies.chat(body, True), deadline))
+        asked, forced = counted(body)
+        return self._watched(self._events(url, self.bodies.chat(asked, True), deadline, forced))
 
-    def _events(self, url: str, payload: bytes, deadline: float) -> AsyncGenerator[Chunk, None]:
+    def _events(self, url: str, payload: bytes, deadline: float, unasked: bool = False) -> AsyncGenerator[Chunk, None]:
+        """`unasked`: the router asked for the stream's token counts, the client did not."""
         heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
+        if unasked:
+            return self.post_events(
+                url, payload, deadline, lambda r: _unasked(without_repeated_heads(self._chunk(r), heads))
+            )
         return self.post_events(url, payload, deadline, lambda r: without_repeated_heads(self._chunk(r), heads))
 
     def _watched(self, chunks: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:
@@ -173,8 +179,9 @@ class OpenAICompatUpstream(PooledHTTP):
                 for data in llama_cpp.completion_chunks(completion):
                     yield Chunk(data, usage=usage_of(data) if "timings" in data else None)
                 return
-            payload = self.bodies.chat(body, True, lease.slot)
-            events = self._events(self.urls[lease.replica], payload, deadline)
+            asked, forced = counted(body)
+            payload = self.bodies.chat(asked, True, lease.slot)
+            events = self._events(self.urls[lease.replica], payload, deadline, forced)
             try:
                 async for chunk in events:
                     yield chunk
@@ -346,6 +353,31 @@ class OpenAICompatUpstream(PooledHTTP):
         except UpstreamError:
             return None
         return len(tokens) if isinstance(tokens, list) else None
+
+
+def counted(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """A streamed request that asks for the stream's token counts (`stream_options.include_usage`,
+    which OpenAI, vLLM, SGLang and llama.cpp honour): what a call costs is read from them; True when
+    the client did not ask for them itself, so that it does not get them (`_unasked`,
+    router/flow/pipeline.py)."""
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return body, False
+    return {**body, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}, True
+
+
+def _unasked(chunk: Chunk) -> Chunk:
+    """A chunk of a stream whose counts the router asked for: the `"usage": null` each chunk then
+    carries, taken out (as it is in OpenAI's bytes, or re-encoded)."""
+    data = chunk.data
+    if "usage" in data and data["usage"] is None:
+        del data["usage"]
+        raw = chunk.raw
+        chunk.raw = raw[: -len(_NULL_USAGE)] + b"}" if raw is not None and raw.endswith(_NULL_USAGE) else None
+    return chunk
+
+
+_NULL_USAGE = b',"usage":null}'
 
 
 def _as_reply(raw: bytes, data: dict[str, Any]) -> Reply:
