@@ -229,7 +229,7 @@ def create_app(
         WebSocketRoute("/v1/responses", responses_ws.connect),
         WebSocketRoute("/responses", responses_ws.connect),
         *admin.routes,
-        *console.routes(runtime),
+        console.mount(runtime),
     ]
     app = App(
         routes=routes,

@@ -241,6 +241,27 @@ def stats(
 
 
 @app.command()
+def sessions(
+    url: UrlOpt = "http://127.0.0.1:8080",
+    limit: Annotated[int, typer.Option(help="sessions listed at most", min=1, max=1000)] = 20,
+    key: KeyOpt = None,
+) -> None:
+    """Print the recent sessions: calls per tier, escalations, sticky calls, mistakes, cost against the baseline."""
+    from router.commands.sessions import print_sessions
+
+    with _reaching(url):
+        print_sessions(url, limit, key)
+
+
+@app.command()
+def statusline() -> None:
+    """Claude Code's status line: reads its status JSON on stdin, prints this session's routing in one line."""
+    from router.commands.sessions import statusline as line
+
+    typer.echo(line())
+
+
+@app.command()
 def report(
     out: Annotated[Path, typer.Option("--out", help="output directory")],
     url: UrlOpt = "http://127.0.0.1:8080",

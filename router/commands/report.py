@@ -21,11 +21,11 @@ from rich.table import Table
 from router.store.base import counted_apart
 
 
-def fetch(url: str, path: str, key: str | None = None) -> bytes:
+def fetch(url: str, path: str, key: str | None = None, timeout: float = 10.0) -> bytes:
     req = urllib.request.Request(url.rstrip("/") + path)
     if key:
         req.add_header("Authorization", f"Bearer {key}")
-    with urllib.request.urlopen(req, timeout=10) as resp:
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
         body: bytes = resp.read()
         return body
 

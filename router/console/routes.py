@@ -1,5 +1,7 @@
-"""The console's routes, mounted by router/app.py: the page at `/console/` (its files at
-`/console/static/`), the JSON API at `/console/api/` (router/console/api.py)."""
+"""The console, one mount at `/console` (router/app.py): the page at `/console/` (its files at
+`/console/static/`), the JSON API at `/console/api/` (router/console/api.py, its own OpenAPI at
+`/console/api/openapi.json`). Its access is its own (`api.access`: the admin key), tested in
+tests/console/."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ import logging
 from pathlib import Path
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from router.console import api
@@ -25,26 +27,21 @@ def _index() -> bytes:
 
 
 async def page(request: Request) -> Response:
-    mode, why = api.access(request.app.state.runtime)
+    mode, why = api.access(request.app.state.runtime)  # the router's app (a Route's request)
     if mode == "off":
         text = f"<!doctype html><title>agent-router console</title><p>The console is off: {why}.</p>"
         return HTMLResponse(text, status_code=403)
     return Response(_index(), media_type="text/html; charset=utf-8", headers={"cache-control": "no-store"})
 
 
-async def to_page(request: Request) -> Response:
-    return RedirectResponse("/console/", status_code=308)
-
-
-def routes(runtime: Runtime) -> list[BaseRoute]:
-    """The console's routes for `runtime`'s app; the log says whether it is open."""
+def mount(runtime: Runtime) -> Mount:
+    """The console for `runtime`'s app; the log says whether it is open."""
     app = api.create()
     app.state.runtime = runtime
     mode, why = api.access(runtime)
     (log.warning if mode == "off" else log.info)("console at /console/: %s", why)
-    return [
-        Route("/console", to_page, methods=["GET"]),
-        Route("/console/", page, methods=["GET"]),
-        Mount("/console/static", app=StaticFiles(directory=PAGE), name="console-static"),
-        Mount("/console/api", app=app),
-    ]
+    return Mount("/console", routes=[
+        Route("/", page, methods=["GET"]),
+        Mount("/static", app=StaticFiles(directory=PAGE), name="console-static"),
+        Mount("/api", app=app),
+    ])  # fmt: skip

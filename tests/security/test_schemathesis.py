@@ -107,6 +107,6 @@ def test_openapi(stack: Stack, mode: GenerationMode) -> None:
     if mode is GenerationMode.NEGATIVE:
         expected -= {"GET /", "GET /healthz", "GET /readyz", "GET /v1/models", "GET /v1/models/{model_id}",
                      "GET /openapi.json"}  # fmt: skip
-    assert len(expected) == (12 if mode is GenerationMode.POSITIVE else 6)
+    assert len(expected) == (14 if mode is GenerationMode.POSITIVE else 8)
     assert operations == expected, (sorted(expected - operations), seen)
     print(mode, dict(sorted(seen.items())))

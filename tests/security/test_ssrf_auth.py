@@ -262,8 +262,12 @@ async def test_every_route_but_health_and_metrics_needs_a_client_key(start_fake_
         {"authorization": f"Bearer {CLIENT_KEY[:-1]}"},  # a prefix of the key
         {"authorization": f"Basic {CLIENT_KEY}"},
     )
+    known = {"authorization": f"Bearer {CLIENT_KEY}", "x-session-id": "known"}  # a session the call log has
+    called = await request("POST", proxy.url + "/chat/completions", known, body_for("/v1/chat/completions"))
+    assert called.status == 200, called.body
+    await proxy.runtime._flush_calls()
     for method, route in guarded:
-        path = route.replace("{model_id}", "fast")  # a route's parameter: a value it has
+        path = route.replace("{model_id}", "fast").replace("{session_id}", "known")  # a parameter: a value it has
         for headers in wrong:
             raw = await request(method, proxy.base + path, headers, body_for(path))
             assert raw.status == 401, (method, path, headers, raw.status)
@@ -299,8 +303,8 @@ async def test_every_route_but_health_and_metrics_needs_a_client_key(start_fake_
                     break
             assert event["type"] == "response.completed", event
     # the refused calls never reached the upstream: one chat call per authorized POST (count_tokens calls
-    # no model), one per WS turn
-    posts = sum(1 for m, p in guarded if m == "POST" and not p.endswith("count_tokens")) * 2 + len(ws)
+    # no model), one per WS turn, and the call that made the known session
+    posts = sum(1 for m, p in guarded if m == "POST" and not p.endswith("count_tokens")) * 2 + len(ws) + 1
     assert len(await fake_requests(fake.url)) == posts
     metrics = (await get(proxy.base + "/metrics")).body.decode()
     assert 'router_refused_total{reason="unauthorized"}' in metrics

@@ -10,9 +10,9 @@ environment. The SDK is imported only when tracing is on: off, every hook is a n
 One span per call (kind SERVER, a child of the client's `traceparent` when it sends one), and one
 child per attempt (kind CLIENT: one upstream tier asked), named and attributed after the GenAI
 semantic conventions (`gen_ai.operation.name`, `gen_ai.request.model`, `gen_ai.response.model`,
-`gen_ai.usage.input_tokens`/`output_tokens`, `gen_ai.provider.name`), plus the routing:
-`agent_router.tier`, `.route`, `.escalated`, `.mistakes`, `.lane`, `.verdicts`, `.tiers`, `.reason`
-(lists and flags only when not empty: every attribute costs the exporter's encoding).
+`gen_ai.usage.input_tokens`/`output_tokens`, `gen_ai.provider.name`), plus the routing: `agent_router.tier`,
+`.route`, `.escalated`, `.mistakes`, `.lane`, `.verdicts`, `.tiers`, `.reason`, `.cost_usd`,
+`.baseline_cost_usd` (lists and flags only when not empty: every attribute costs the exporter's encoding).
 Prompts and answers are never put in spans, unless `otel_capture_content` (settings) asks for
 them: then `gen_ai.input.messages` and `gen_ai.output.messages`, as JSON, each cut at 64 KiB.
 
@@ -63,6 +63,8 @@ class Traced(Protocol):
 
     @property
     def escalated(self) -> bool: ...
+
+    def outcome(self) -> Any: ...  # the call's frozen record (router/flow/outcome.py)
 
 
 log = logging.getLogger("router.tracing")
@@ -305,6 +307,7 @@ class CallSpan:
             "agent_router.tiers": attempts.tried,
             "agent_router.lane": attempts.lane.name,
         }
+        outcome = attempts.outcome()  # its cost and baseline (router/core/live/ledger.py)
         for key, value in (
             ("mistakes", attempts.mistakes),
             ("verdicts", attempts.verdicts),
@@ -312,6 +315,9 @@ class CallSpan:
         ):
             if value:  # absent: none (each attribute costs the exporter's encoding)
                 attributes[f"agent_router.{key}"] = value
+        for key, usd in (("cost_usd", outcome.cost_usd), ("baseline_cost_usd", outcome.baseline_usd)):
+            if usd is not None:  # absent: not known (router/core/live/ledger.py)
+                attributes[f"agent_router.{key}"] = usd
         self.span.set_attributes(attributes)
         if self._tracing.capture and (self._text or self._tools):
             message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
