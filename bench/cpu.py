@@ -9,6 +9,9 @@ slower minute of the machine (other tenants, steal) moves both trees alike: the 
 the median over the block pairs of this tree / candidate, with the pairs' range. `bench.overhead`
 pools its rounds instead, and its ratio moves by ±0.1 from run to run on a shared machine.
 
+`--console` adds this tree once more with a console viewer reading each proxy's live tail of calls
+(/console/api/calls/live) the whole time: what watching the console costs the calls.
+
 Loads: c=16 JSON and c=8 SSE streams (to the stream's end), each without and with 8 tools
 (`tools`: answers checked, streamed tool calls held until valid), and with every tool call of the
 routed tier broken (`escalated`: a second fake with `--bad-tool-rate 1`, so each call is checked,
@@ -48,6 +51,14 @@ LOADS = {  # name → (policy, stream, concurrency)
     "c=8 stream, escalated (fast's every call broken)": ("escalated", True, 8),
 }
 KINDS = {"plain": "bench.yaml", "tools": "bench-validate.yaml", "escalated": "bench-escalate.yaml"}
+WATCHING = "console open"  # this tree, its console's live tail watched while it serves (--console)
+
+
+async def _watch(url: str, seen: list[int]) -> None:
+    """A console viewer: reads the live tail of calls until cancelled, counting the calls it got."""
+    async with aiohttp.ClientSession() as http, http.get(url, timeout=aiohttp.ClientTimeout(total=None)) as live:
+        async for line in live.content:
+            seen[0] += line.startswith(b"data: ")
 
 
 @dataclass
@@ -97,6 +108,11 @@ async def measure(trees: dict[str, Path], blocks: int, calls: int) -> tuple[dict
         await wait_healthy(bad, f"http://127.0.0.1:{bad_port}/health", 30)
         proxies = await _proxies(cluster, trees, fake_port, bad_port)
         everyone = [fake, bad, *proxies.values()]
+        watched = [0]  # calls the console viewers got
+        viewers = [
+            asyncio.create_task(_watch(f"http://127.0.0.1:{proc.port}/console/api/calls/live", watched))
+            for (name, _), proc in proxies.items() if name == WATCHING
+        ]  # fmt: skip
         start_cpu = sum(cpu_seconds(p.pid) for p in everyone)
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(headers=HEADERS, connector=connector) as session:
@@ -125,6 +141,10 @@ async def measure(trees: dict[str, Path], blocks: int, calls: int) -> tuple[dict
                     took = ", ".join(f"{n} {measured.per_block[n][-1]:.3f} ms" for n in names)
                     print(f"{load}, block {block + 1}/{blocks}: {took}", flush=True)
             ours = time.process_time() - client0 + sum(cpu_seconds(p.pid) for p in everyone) - start_cpu
+        for viewer in viewers:
+            viewer.cancel()
+        if viewers:
+            print(f"the console viewers got {watched[0]} calls", flush=True)
     finally:
         cluster.stop_all()
     wall = time.monotonic() - wall0
@@ -163,13 +183,15 @@ def report(results: dict[str, Measured], trees: dict[str, Path], args: argparse.
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--candidate", action="append", required=True, metavar="NAME=DIR",
+    parser.add_argument("--candidate", action="append", default=[], metavar="NAME=DIR",
                         help="another source tree whose `router` is measured beside this one; repeatable")  # fmt: skip
     parser.add_argument("--blocks", type=int, default=8, help="blocks per load and tree")
     parser.add_argument("--calls", type=int, default=1500, help="calls per block")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "cpu.md")
+    parser.add_argument("--console", action="store_true",
+                        help="also this tree with a console viewer on each proxy's live tail")  # fmt: skip
     args = parser.parse_args()
-    trees = {"this": ROOT}
+    trees = {"this": ROOT, **({WATCHING: ROOT} if args.console else {})}
     for spec in args.candidate:
         name, _, tree = spec.partition("=")
         if not name or not tree or not (Path(tree) / "router").is_dir():

@@ -202,6 +202,7 @@ class Metrics:
         # the children of the per-call metrics, by their labels (tiers x routes: bounded by the policy)
         self._answers: dict[tuple[str, str], Counter] = {}
         self._calls: dict[tuple[str, str, bool], tuple[Counter, Histogram, Histogram]] = {}
+        self._worth: dict[tuple[str, str], tuple[Counter, Counter]] = {}  # (tier, route) → cost, baseline
 
     def observe_left_out(self, api: str, counts: Mapping[str, int]) -> None:
         """`counts`: "part:type" → how many (tool:web_search, item:tool_search_call, ...)."""
@@ -226,8 +227,11 @@ class Metrics:
             self.mistakes.labels(c.tier, c.route, AGENT_REPORTED_ERROR).inc()
 
     def observe_worth(self, tier: str, route: str, cost: float, baseline: float) -> None:
-        self.cost.labels(tier, route).inc(cost)
-        self.baseline_cost.labels(tier, route).inc(baseline)
+        if (children := self._worth.get((tier, route))) is None:
+            children = (self.cost.labels(tier, route), self.baseline_cost.labels(tier, route))
+            self._worth[(tier, route)] = children
+        children[0].inc(cost)
+        children[1].inc(baseline)
 
     def observe_call(self, tier: str, route: str, escalated: bool, ttft: float, total: float) -> None:
         key = (tier, route, escalated)

@@ -8,6 +8,7 @@ below it (store, upstreams, validator, shadow mode) get only the collaborators t
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import uuid
 from collections import deque
@@ -108,6 +109,7 @@ class Runtime:
         self.ledger = Ledger(settings.ledger_max_sessions)  # what calls cost against the baseline
         self.feed = Feed()  # finished calls, pushed to the console's viewers
         self._calls: deque[CallRecord] = deque()  # finished calls not yet in the store's call log
+        self._ids, self._seq = uuid.uuid4().hex[:12] + "-", itertools.count()  # call ids: this process's, then n
         self.parts = Parts(
             upstreams=self.upstreams, breakers=self.breakers, windows=self.windows, warming=self.warming,
             validator=self.validator, verdicts=self.verdicts, repeats=self.repeats, shadow=self.shadow,
@@ -128,12 +130,13 @@ class Runtime:
         self.ledger.add(outcome)
         if outcome.cost_usd is not None and outcome.baseline_usd is not None:
             self.metrics.observe_worth(outcome.tier, outcome.route, outcome.cost_usd, outcome.baseline_usd)
-        record = CallRecord(uuid.uuid4().hex, outcome.session, outcome.ended_at, outcome.to_json())
+        record = CallRecord(f"{self._ids}{next(self._seq):x}", outcome.session, outcome.ended_at, outcome.to_json())
         if len(self._calls) >= MAX_PENDING_CALLS:  # the store is behind: the oldest waiting is let go
             self._calls.popleft()
             self.metrics.tripped("call_log_behind")
         self._calls.append(record)
-        self.feed.publish({"id": record.id, "session": record.session, "ts": record.ts, **record.data})
+        if self.feed.viewers:
+            self.feed.publish({"id": record.id, "session": record.session, "ts": record.ts, **record.data})
 
     async def _log_calls(self) -> None:
         """Finished calls into the store's call log, every `CALL_LOG_INTERVAL` seconds."""

@@ -159,7 +159,52 @@ def build(runs: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, Any]:
     summary["goal"] = _goal(summary["configs"], upstreams)
     if cost := tier_cost(runs):
         summary["tier_cost"] = cost
+    if (prices := projected_prices()) is not None:
+        pooled = {c: [r for (cc, _), rs in runs.items() if cc == c for r in rs] for c in configs}
+        spent = {c: money(rs, prices) for c, rs in pooled.items()}
+        base_usd = spent.get(BASE, {}).get("usd_per_task")
+        for m in spent.values():  # per task: configurations may have run different numbers of tasks
+            m["x_full_only"] = round(m["usd_per_task"] / base_usd, 3) if base_usd and m["usd_per_task"] else None
+        summary["money"] = {"projected": PROJECTED, "configs": spent}
     return summary
+
+
+# The hosted pair the local tiers' money is projected onto: LiteLLM's table prices of OpenAI's
+# distilled fast model beside its full one (router/core/live/prices.py reads the table).
+PROJECTED = {"fast": "gpt-5-mini", "full": "gpt-5", SAMPLED_TIER: "gpt-5"}
+
+
+def projected_prices() -> dict[str, tuple[float, float]] | None:
+    """tier → (USD per input token, per output token) of its projected hosted model (None: no table)."""
+    from router.core.live.prices import litellm_table
+
+    table = litellm_table()
+    if table is None:
+        return None
+    prices = {}
+    for tier, model in PROJECTED.items():
+        entry = table[0].get(model) or {}
+        prices[tier] = (float(entry.get("input_cost_per_token", 0)), float(entry.get("output_cost_per_token", 0)))
+    return prices
+
+
+def money(records: list[dict[str, Any]], prices: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """What the tasks would have cost at `prices`: every call's tokens at its tier's; an escalated call
+    also pays for the attempt before it on fast, counted as its prompt read there (its own output is
+    not in the record)."""
+    total = 0.0
+    for r in records:
+        for call in r["calls"]:
+            rate_in, rate_out = prices.get(call.get("tier") or "full", prices["full"])
+            total += call.get("input_tokens", 0) * rate_in + call.get("output_tokens", 0) * rate_out
+            if call.get("escalated"):
+                total += call.get("input_tokens", 0) * prices["fast"][0]
+    solved = sum(r["ok"] for r in records)
+    return {
+        "usd": round(total, 6),
+        "usd_per_task": round(total / len(records), 6) if records else None,
+        "usd_per_solved_task": round(total / solved, 6) if solved else None,
+    }
 
 
 def tier_cost(runs: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[str, Any] | None:
@@ -253,6 +298,20 @@ def markdown(runs: dict[tuple[str, str], list[dict[str, Any]]], summary: dict[st
     ]
     base = summary["configs"].get("full-only")
     lines += [_row(c, summary["configs"][c], base) for c in configs]
+    if money_view := summary.get("money"):
+        pair = ", ".join(f"{tier} as {model}" for tier, model in money_view["projected"].items())
+        lines += ["", "## What it would cost (a projection)", "",
+                  f"The same calls' tokens at LiteLLM's table prices of a hosted pair ({pair}): **a projection**, "
+                  "not what these local tiers cost (nothing). An escalated call also pays its attempt on fast, "
+                  "counted as its prompt read there. Success and share on full as above.", "",
+                  "| configuration | success | $ per task | $ per solved task | cost x full only | on full |",
+                  "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for c in configs:
+            m, s_ = money_view["configs"][c], summary["configs"][c]
+            per_solved = f"{m['usd_per_solved_task']:.5f}" if m["usd_per_solved_task"] is not None else "—"
+            times = f"{m['x_full_only']:.2f}" if m["x_full_only"] is not None else "—"
+            lines.append(f"| {c} | {s_['success_rate']:.1%} | {m['usd_per_task']:.5f} | {per_solved} | {times} | "
+                         f"{s_['full_share']:.1%} |")  # fmt: skip
     lines += ["", "## Per configuration and loop", "", HEAD]
     for c in configs:
         loop_base = base["loops"] if base else {}

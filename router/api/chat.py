@@ -24,7 +24,7 @@ async def completions(request: Request) -> Response:
             attempts, chunks = await pipeline.stream(runtime, call)
             chunks = admission.to_stream(chunks)
             frames = framed(admission, attempts, chunks, _data, fail=_error, done=b"data: [DONE]\n\n")
-            return SSEResponse(admission, frames, router_headers(attempts.outcome()))
+            return SSEResponse(admission, frames, router_headers(attempts.outcome(priced=False)))
         outcome, reply = await pipeline.complete(runtime, call)
         observe(runtime, outcome, None)
         body = reply.raw or orjson.dumps(reply.data)

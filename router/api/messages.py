@@ -72,7 +72,7 @@ async def create(request: Request) -> Response:
                 fail=lambda exc: sse_frame(error_body(exc)),
                 close=lambda: _frames(events.close()),
             )
-            return SSEResponse(admission, frames, router_headers(attempts.outcome()))
+            return SSEResponse(admission, frames, router_headers(attempts.outcome(priced=False)))
         outcome, reply = await pipeline.complete(runtime, call)
         observe(runtime, outcome, None)
         if reply.native is not None and reply.raw is not None:  # the tier's own answer, untouched

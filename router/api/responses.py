@@ -58,7 +58,7 @@ async def create(request: Request) -> Response:
                 return Response(failed, headers=SSE_HEADERS, media_type="text/event-stream")
             chunks = admission.to_stream(chunks)
             frames = framed(admission, attempts, turns.events(turn, attempts, chunks, save), sse_frame)
-            outcome = attempts.outcome()
+            outcome = attempts.outcome(priced=False)  # the stream's headers: its cost comes at its end
             headers = {**router_headers(outcome), **turns.left_out(runtime, turn, outcome), **echoed}
             return SSEResponse(admission, frames, headers)
         outcome, response = await turns.complete(runtime, turn, save)

@@ -305,7 +305,8 @@ class Connection:
                 failure = RouterError("The router failed unexpectedly; the error was logged.")
                 return await self.failed(failure, stream)
             ttft = asyncio.get_running_loop().time() - attempts.started
-            turns.left_out(runtime, turn, attempts.outcome())  # counted as on HTTP (no header to name it in)
+            # counted as on HTTP (no header to name it in)
+            turns.left_out(runtime, turn, attempts.outcome(priced=False))
             status = 200
             try:
                 async with aclosing(turns.events(turn, attempts, runtime.open.stream(chunks), save)) as events:

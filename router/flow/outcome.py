@@ -96,6 +96,9 @@ class Outcome(NamedTuple):
         }  # fmt: skip
 
 
+_UNPRICED = Worth(None, None, None, "not priced yet")
+
+
 def _tokens(usage: Usage | None) -> dict[str, int] | None:
     if usage is None:
         return None
@@ -230,10 +233,11 @@ class Account:
         self.looped = True
         self.record.looped(tier)
 
-    def outcome(self) -> Outcome:
-        """The call as it stands, frozen."""
+    def outcome(self, priced: bool = True) -> Outcome:
+        """The call as it stands, frozen; without its cost and baseline unless `priced` (a stream's
+        headers are written before its answer, whose tokens are its cost)."""
         tried = self.timeline.tried(self.mistakes)
-        worth = self.worth(tried)
+        worth = self.worth(tried) if priced else _UNPRICED
         return Outcome(  # positionally, in `Outcome`'s order: a third of the cost of keywords
             self.route, self.reason, self.lane.name, self.tier, tuple(self.tried), tuple(self.skipped),
             tuple(self.mistakes), self.escalated, self.repaired, self.exhausted, tuple(self.signs), self.salvaged,

@@ -12,7 +12,8 @@ attempt, tokens, cost and baseline), bounded per session, in sessions and by age
 Backends
   memory   `MemoryCalls`: per session a deque, sessions in least-recently-active order.
   sqlite   table `calls (id, session, ts, data)` in the store's file, created on first use, written
-           on the store's writer thread.
+           on the store's writer thread; what aged out and the sessions beyond the bound are dropped
+           at most once a minute (`PRUNE_EVERY`), the sessions' own trims with every write.
   redis    `<prefix>cl:<session>` list of JSON (newest first, trimmed), `<prefix>cs` zset session →
            newest ts; one Lua script per put (atomic), every key expiring `call_max_age` after its
            newest write.
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 log = logging.getLogger("router.store")
+PRUNE_EVERY = 60.0  # seconds between SQLite's prunes of the call log by age and by sessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +156,9 @@ def sqlite_schema(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
-def sqlite_put(db: sqlite3.Connection, records: Sequence[CallRecord], options: StoreOptions) -> None:
-    """Inside a transaction: keep `records`, trim their sessions, the sessions, and what aged out."""
+def sqlite_put(db: sqlite3.Connection, records: Sequence[CallRecord], options: StoreOptions, prune: bool) -> None:
+    """Inside a transaction: keep `records` and trim their sessions; when `prune` (the store's
+    housekeeping, once a minute), drop what aged out and the least recently active sessions too."""
     db.executemany(
         "INSERT OR REPLACE INTO calls (id, session, ts, data) VALUES (?, ?, ?, ?)",
         [(r.id, r.session, r.ts, r.to_json()) for r in records],
@@ -166,6 +169,8 @@ def sqlite_put(db: sqlite3.Connection, records: Sequence[CallRecord], options: S
             "(SELECT id FROM calls WHERE session = ? ORDER BY ts DESC LIMIT -1 OFFSET ?)",
             (session, session, options.max_calls_per_session),
         )
+    if not prune:
+        return
     db.execute("DELETE FROM calls WHERE ts < ?", (_fresh(options),))
     db.execute(
         "DELETE FROM calls WHERE session IN (SELECT session FROM calls GROUP BY session "
@@ -183,9 +188,10 @@ def sqlite_get(db: sqlite3.Connection, session: str, limit: int, options: StoreO
 
 
 def sqlite_sessions(db: sqlite3.Connection, limit: int, options: StoreOptions) -> list[str]:
+    """The sessions kept (the newest `max_call_sessions`, whether pruned yet or not)."""
     rows = db.execute(
         "SELECT session FROM calls WHERE ts >= ? GROUP BY session ORDER BY MAX(ts) DESC LIMIT ?",
-        (_fresh(options), max(0, limit)),
+        (_fresh(options), max(0, min(limit, options.max_call_sessions))),
     )
     return [str(session) for (session,) in rows.fetchall()]
 

@@ -78,6 +78,7 @@ class SqliteStore(Sessions, BufferedStore):
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-router-sqlite")
         self._samples_schema = False  # shadow samples: table created on first use (writer thread)
         self._calls_schema = False  # the call log: likewise
+        self._calls_pruned = -calls.PRUNE_EVERY  # monotonic time of its last prune: the first write prunes
         self._responses_schema = False  # response state: likewise
 
     def __repr__(self) -> str:
@@ -195,9 +196,14 @@ class SqliteStore(Sessions, BufferedStore):
         return db
 
     async def calls_put(self, records: Sequence[CallRecord]) -> None:
+        now = time.monotonic()
+        prune = now - self._calls_pruned >= calls.PRUNE_EVERY
+        if prune:
+            self._calls_pruned = now
+
         def put() -> None:
             self._calls_db()
-            self._txn(lambda db: calls.sqlite_put(db, records, self.options))
+            self._txn(lambda db: calls.sqlite_put(db, records, self.options, prune))
 
         try:
             await self._run(put)

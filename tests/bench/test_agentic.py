@@ -422,3 +422,19 @@ def test_the_command_line(tmp_path: Path) -> None:
     assert done_already.exit_code == 0 and f"0 to run, {2 * len(TASKS)} done before" in done_already.output
     empty = runner.invoke(app, ["report", "--out", str(tmp_path / "empty")])
     assert empty.exit_code == 1 and "no results under" in empty.output
+
+
+def test_the_report_prices_every_call_and_an_escalated_calls_attempt_on_fast() -> None:
+    from bench.agentic.report import money
+
+    prices = {"fast": (1e-6, 2e-6), "full": (10e-6, 20e-6)}
+    records = [
+        {"ok": True, "calls": [{"tier": "fast", "input_tokens": 1000, "output_tokens": 10, "escalated": False},
+                               {"tier": "full", "input_tokens": 2000, "output_tokens": 20, "escalated": True}]},
+        {"ok": False, "calls": [{"tier": "fast", "input_tokens": 500, "output_tokens": 5, "escalated": False}]},
+    ]  # fmt: skip
+    spent = money(records, prices)
+    expected = (1000e-6 + 20e-6) + (2000 * 10e-6 + 20 * 20e-6 + 2000e-6) + (500e-6 + 10e-6)
+    assert spent["usd"] == pytest.approx(expected, abs=1e-6)
+    assert spent["usd_per_task"] == pytest.approx(expected / 2, abs=1e-6)
+    assert spent["usd_per_solved_task"] == pytest.approx(expected, abs=1e-6)

@@ -109,6 +109,7 @@ class Ledger:
         self._prompts: OrderedDict[str, int] = OrderedDict()  # session → its previous call's prompt tokens
         self._prefill: dict[str, deque[float]] = {}  # tier → prompt tokens per second
         self._decode: dict[str, deque[float]] = {}  # tier → output tokens per second
+        self._speeds: dict[str, tuple[float, float]] = {}  # tier → their medians, until the next observation
         self._prices: tuple[Policy, Prices] | None = None
 
     def prices(self, policy: Policy) -> Prices:
@@ -159,11 +160,14 @@ class Ledger:
         return rates.cost(Usage(fresh, cached, usage.output)), seconds
 
     def _seconds(self, tier: str, fresh: int, output: int, why: list[str]) -> float | None:
-        prefill, decode = self._prefill.get(tier), self._decode.get(tier)
-        if not prefill or not decode:
-            why.append(f"no streamed answer of the baseline tier {tier!r} observed yet: its speed is unknown")
-            return None
-        return fresh / statistics.median(prefill) + output / statistics.median(decode)
+        speeds = self._speeds.get(tier)
+        if speeds is None:
+            prefill, decode = self._prefill.get(tier), self._decode.get(tier)
+            if not prefill or not decode:
+                why.append(f"no streamed answer of the baseline tier {tier!r} observed yet: its speed is unknown")
+                return None
+            speeds = self._speeds[tier] = (statistics.median(prefill), statistics.median(decode))
+        return fresh / speeds[0] + output / speeds[1]
 
     # -- after it ----------------------------------------------------------------------------------
     def add(self, call: Finished) -> None:
@@ -186,6 +190,7 @@ class Ledger:
         if waited > 0 and usage.evaluated > 0 and wrote > 0 and usage.output > 1:  # a stream: both phases seen
             self._prefill.setdefault(attempt.tier, deque(maxlen=SPEED_WINDOW)).append(usage.evaluated / waited)
             self._decode.setdefault(attempt.tier, deque(maxlen=SPEED_WINDOW)).append(usage.output / wrote)
+            self._speeds.pop(attempt.tier, None)
 
 
 def _unknown(prices: Prices, tier: str, usage: Usage | None) -> str:
