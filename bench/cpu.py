@@ -55,10 +55,15 @@ WATCHING = "console open"  # this tree, its console's live tail watched while it
 
 
 async def _watch(url: str, seen: list[int]) -> None:
-    """A console viewer: reads the live tail of calls until cancelled, counting the calls it got."""
-    async with aiohttp.ClientSession() as http, http.get(url, timeout=aiohttp.ClientTimeout(total=None)) as live:
-        async for line in live.content:
-            seen[0] += line.startswith(b"data: ")
+    """A console viewer: reads the live tail of calls until cancelled, counting the calls it got
+    (`seen[0]`) and the times the proxy dropped it for falling behind and it watched again (`seen[1]`)."""
+    async with aiohttp.ClientSession() as http:
+        while True:
+            async with http.get(url, timeout=aiohttp.ClientTimeout(total=None)) as live:
+                async for line in live.content:
+                    seen[0] += line.startswith(b"data: ")
+            seen[1] += 1
+            await asyncio.sleep(1.0)  # as the page does: it reads the store, then watches again
 
 
 @dataclass
@@ -108,7 +113,7 @@ async def measure(trees: dict[str, Path], blocks: int, calls: int) -> tuple[dict
         await wait_healthy(bad, f"http://127.0.0.1:{bad_port}/health", 30)
         proxies = await _proxies(cluster, trees, fake_port, bad_port)
         everyone = [fake, bad, *proxies.values()]
-        watched = [0]  # calls the console viewers got
+        watched = [0, 0]  # calls the console viewers got, times they were dropped and came back
         viewers = [
             asyncio.create_task(_watch(f"http://127.0.0.1:{proc.port}/console/api/calls/live", watched))
             for (name, _), proc in proxies.items() if name == WATCHING
@@ -144,7 +149,7 @@ async def measure(trees: dict[str, Path], blocks: int, calls: int) -> tuple[dict
         for viewer in viewers:
             viewer.cancel()
         if viewers:
-            print(f"the console viewers got {watched[0]} calls", flush=True)
+            print(f"the console viewers got {watched[0]} calls, dropped {watched[1]} times", flush=True)
     finally:
         cluster.stop_all()
     wall = time.monotonic() - wall0
@@ -156,7 +161,7 @@ def report(results: dict[str, Measured], trees: dict[str, Path], args: argparse.
            others: float) -> str:  # fmt: skip
     names = list(trees)
     this = names[0]
-    flags = " ".join(f"--candidate {n}={trees[n]}" for n in names[1:])
+    flags = " ".join("--console" if n == WATCHING else f"--candidate {n}={trees[n]}" for n in names[1:])
     lines = [
         "# CPU per call: this tree against candidates",
         "",
