@@ -148,7 +148,13 @@ class Runtime:
         if self._calls:
             batch = list(self._calls)
             self._calls.clear()
-            await self.store.calls_put(batch)
+            await self.store.calls_put(batch, self._ids)
+
+    async def _relay_calls(self) -> None:
+        """Other replicas' calls (a Redis store's live channel) to this process's console viewers."""
+        async for record in self.store.calls_watch(self._ids):
+            if self.feed.viewers:
+                self.feed.publish({"id": record.id, "session": record.session, "ts": record.ts, **record.data})
 
     def background(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run off the request path; failures are logged, never raised to a client."""
@@ -187,6 +193,7 @@ class Runtime:
             self.background(watch(self.policy, self.policy.path, on_change=self.apply))
         self.background(self.adaptive.run())
         self.background(self._log_calls())
+        self.background(self._relay_calls())
         self.background(self.responses.run())
         self.ready = True
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -291,8 +291,13 @@ class Store(Protocol):
         client sends the same request again."""
 
     # -- the call log (router/store/calls.py) -----------------------------------------------------
-    async def calls_put(self, records: Sequence[CallRecord]) -> None:
-        """Keep calls (bounded per session, in sessions and by age). Never raises: logged."""
+    async def calls_put(self, records: Sequence[CallRecord], origin: str = "") -> None:
+        """Keep calls (bounded per session, in sessions and by age); `origin`: the process they come
+        from (`calls_watch` leaves them out of its own relay). Never raises: logged."""
+
+    def calls_watch(self, origin: str) -> AsyncIterator[CallRecord]:
+        """The calls other processes put, as they are put, until cancelled (Redis: its live channel;
+        the other stores have no other process to hear from: none). Reconnects by itself."""
 
     async def calls_get(self, session: str, limit: int) -> list[CallRecord]:
         """A session's newest calls, newest first, at most `limit`. Empty when unreachable."""

@@ -2,11 +2,12 @@
 attempt, tokens, cost and baseline), bounded per session, in sessions and by age — what
 `GET /v1/router/sessions` and the console read, from any replica.
 
-    calls_put(records)            keep them, then trim each session to its newest
+    calls_put(records, origin)    keep them (`origin`: the process they come from), then trim each session to its newest
                                   `max_calls_per_session`, the sessions to the newest `max_call_sessions`,
                                   and drop what is older than `call_max_age`
     calls_get(session, limit)     a session's calls, newest first
     call_sessions(limit)          the sessions with calls, most recently active first
+    calls_watch(origin)           the calls other processes put, as they are put (Redis; elsewhere none)
     summarize(session, records)   a session's totals, from its calls (every backend's)
 
 Backends
@@ -16,7 +17,9 @@ Backends
            at most once a minute (`PRUNE_EVERY`), the sessions' own trims with every write.
   redis    `<prefix>cl:<session>` list of JSON (newest first, trimmed), `<prefix>cs` zset session →
            newest ts; one Lua script per put (atomic), every key expiring `call_max_age` after its
-           newest write.
+           newest write; the script also publishes the batch on `<prefix>calls:live`, which every
+           replica relays to its console's viewers (`calls_watch`): a console on any replica shows
+           every replica's calls.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import logging
 import sqlite3
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -104,6 +107,12 @@ def summarize(session: str, records: Iterable[CallRecord]) -> dict[str, Any]:
         "cost_usd": round(cost, 6), "baseline_cost_usd": round(baseline, 6), "saved_usd": round(baseline - cost, 6),
         "unpriced": unpriced, "seconds": round(seconds, 3),
     }  # fmt: skip
+
+
+async def nothing() -> AsyncIterator[CallRecord]:
+    """No other process's calls (a store that is this process's alone, or shares a file without a channel)."""
+    return
+    yield  # an async generator that ends at once
 
 
 # -- memory -----------------------------------------------------------------------------------------
@@ -198,11 +207,12 @@ def sqlite_sessions(db: sqlite3.Connection, limit: int, options: StoreOptions) -
 
 # -- redis ------------------------------------------------------------------------------------------
 # KEYS: cs (zset session → newest ts), then one cl:<session> per record. ARGV: max calls per session,
-# max sessions, oldest ts kept, ttl (s), then per record: session, ts, json.
+# max sessions, oldest ts kept, ttl (s), the live channel, the batch as it is published (every
+# replica's console relays it: `redis_watch`), then per record: session, ts, json.
 REDIS_PUT = """
 local most, sessions, oldest, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 for i = 2, #KEYS do
-  local at = 5 + (i - 2) * 3
+  local at = 7 + (i - 2) * 3
   redis.call('LPUSH', KEYS[i], ARGV[at + 2])
   redis.call('LTRIM', KEYS[i], 0, most - 1)
   redis.call('EXPIRE', KEYS[i], ttl)
@@ -212,6 +222,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. oldest)
 local extra = redis.call('ZCARD', KEYS[1]) - sessions
 if extra > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, extra - 1) end
 redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('PUBLISH', ARGV[5], ARGV[6])
 return 1
 """
 
@@ -220,14 +231,33 @@ def redis_keys(prefix: str, records: Sequence[CallRecord]) -> list[str]:
     return [f"{prefix}cs", *(f"{prefix}cl:{r.session}" for r in records)]
 
 
-def redis_put_args(records: Sequence[CallRecord], options: StoreOptions) -> list[str | int | float | bytes]:
+def redis_channel(prefix: str) -> str:
+    return f"{prefix}calls:live"
+
+
+def redis_put_args(
+    prefix: str, records: Sequence[CallRecord], options: StoreOptions, origin: str
+) -> list[str | int | float | bytes]:
     ttl = max(1, int(options.call_max_age) + 1)
+    batch = orjson.dumps({"origin": origin, "calls": [orjson.Fragment(r.to_json()) for r in records]})
     args: list[str | int | float | bytes] = [
-        options.max_calls_per_session, options.max_call_sessions, _fresh(options), ttl,
+        options.max_calls_per_session, options.max_call_sessions, _fresh(options), ttl, redis_channel(prefix), batch,
     ]  # fmt: skip
     for r in records:
         args += [r.session, r.ts, r.to_json()]
     return args
+
+
+def from_batch(message: str | bytes, origin: str) -> list[CallRecord]:
+    """The calls of a published batch, unless it is `origin`'s own (its viewers had them at once)."""
+    try:
+        batch = orjson.loads(message)
+        if batch.get("origin") == origin:
+            return []
+        return [r for raw in batch.get("calls") or () if (r := from_json(orjson.dumps(raw))) is not None]
+    except (orjson.JSONDecodeError, AttributeError, TypeError):
+        log.warning("a published batch of calls is unreadable and was skipped")
+        return []
 
 
 async def redis_get(reader: Redis, prefix: str, session: str, limit: int, options: StoreOptions) -> list[CallRecord]:

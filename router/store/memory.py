@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from router.constants import BUCKET_SECONDS
-from router.store import responses
+from router.store import calls, responses
 from router.store.base import (
     CounterKey,
     Event,
@@ -182,11 +182,14 @@ class MemoryStore(Sessions):
 
     # -- the call log (router/store/calls.py) ---------------------------------------------------
 
-    async def calls_put(self, records: Sequence[CallRecord]) -> None:
+    async def calls_put(self, records: Sequence[CallRecord], origin: str = "") -> None:
         await self._calls.put(records)
 
     async def calls_get(self, session: str, limit: int) -> list[CallRecord]:
         return await self._calls.get(session, limit)
+
+    def calls_watch(self, origin: str) -> AsyncIterator[CallRecord]:
+        return calls.nothing()
 
     async def call_sessions(self, limit: int) -> list[str]:
         return await self._calls.sessions(limit)

@@ -28,7 +28,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -37,6 +37,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
 from router.constants import BUCKET_SECONDS
 from router.store import calls, responses, samples
@@ -95,6 +96,7 @@ class RedisStore(BufferedStore):
     ) -> None:
         super().__init__(options)
         self.url = redact_url(url)
+        self._url = url  # with its password: for the live channel's own connection, never shown
         self.prefix = prefix
         self.op_timeout = op_timeout  # hard ceiling for one session call, whatever the client does
         self.deduplicated = 0  # batches found already applied on retry (a reply had been lost)
@@ -307,9 +309,30 @@ class RedisStore(BufferedStore):
 
     # -- the call log (router/store/calls.py) ---------------------------------------------------
 
-    async def calls_put(self, records: Sequence[CallRecord]) -> None:
-        keys, args = calls.redis_keys(self.prefix, records), calls.redis_put_args(records, self.options)
+    async def calls_put(self, records: Sequence[CallRecord], origin: str = "") -> None:
+        keys = calls.redis_keys(self.prefix, records)
+        args = calls.redis_put_args(self.prefix, records, self.options, origin)
         await self._call("calls_put", lambda: self._calls_put(keys=keys, args=args))
+
+    async def calls_watch(self, origin: str) -> AsyncIterator[CallRecord]:
+        """Every replica's calls but `origin`'s, from the live channel: its own connection (a
+        subscription holds one), subscribed again after a loss with a growing wait (tenacity)."""
+        channel = calls.redis_channel(self.prefix)
+        retrying = AsyncRetrying(
+            wait=wait_exponential_jitter(multiplier=0.5, max=10.0), retry=retry_if_exception_type((RedisError, OSError))
+        )
+        async for attempt in retrying:
+            with attempt:
+                listener = Redis.from_url(self._url, decode_responses=True, socket_connect_timeout=2.0)
+                try:
+                    async with listener.pubsub() as pubsub:
+                        await pubsub.subscribe(channel)
+                        async for message in pubsub.listen():
+                            if message.get("type") == "message":
+                                for record in calls.from_batch(message["data"], origin):
+                                    yield record
+                finally:
+                    await listener.aclose()
 
     async def calls_get(self, session: str, limit: int) -> list[CallRecord]:
         def get() -> Awaitable[list[CallRecord]]:

@@ -22,7 +22,7 @@ import functools
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -195,7 +195,7 @@ class SqliteStore(Sessions, BufferedStore):
             self._calls_schema = True
         return db
 
-    async def calls_put(self, records: Sequence[CallRecord]) -> None:
+    async def calls_put(self, records: Sequence[CallRecord], origin: str = "") -> None:
         now = time.monotonic()
         prune = now - self._calls_pruned >= calls.PRUNE_EVERY
         if prune:
@@ -216,6 +216,9 @@ class SqliteStore(Sessions, BufferedStore):
         except (sqlite3.Error, OSError) as exc:
             self._mark_down(exc, "calls")
             return []
+
+    def calls_watch(self, origin: str) -> AsyncIterator[CallRecord]:
+        return calls.nothing()
 
     async def call_sessions(self, limit: int) -> list[str]:
         try:

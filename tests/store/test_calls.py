@@ -4,6 +4,8 @@ session's totals added up from its calls."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 import pytest
@@ -58,3 +60,32 @@ def test_a_sessions_totals_add_up_its_calls() -> None:
         100.0,
         102.0,
     )
+
+
+async def test_every_replica_hears_the_others_calls_and_not_its_own(make_store: StoreFactory) -> None:
+    """Redis publishes each batch as it keeps it; the other stores have no other process to hear."""
+    this, other = await make_store(), await make_store()  # two replicas: one backend
+    heard: list[CallRecord] = []
+    got = asyncio.Event()
+
+    async def watch() -> None:
+        async for record in other.calls_watch("replica-b"):
+            heard.append(record)
+            got.set()
+
+    watching = asyncio.create_task(watch())
+    try:
+        await asyncio.sleep(0.3)  # subscribed
+        await other.calls_put([record("b", 0, time.time())], "replica-b")  # its own: not relayed to it
+        await this.calls_put([record("a", 0, time.time())], "replica-a")
+        if this.backend == "redis":
+            await asyncio.wait_for(got.wait(), 2)
+            await asyncio.sleep(0.2)  # anything more would have come by now
+            assert [r.id for r in heard] == ["a-0"] and heard[0].data["tier"] == "fast"
+        else:
+            await asyncio.wait_for(watching, 1)  # nothing to hear: the watch ends at once
+            assert heard == []
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching

@@ -304,3 +304,22 @@ async def test_replicas_share_counters_and_sessions(replicas: list[Replica], rep
     assert {t: c["calls"] for t, c in after["tiers"].items()} == {"fast": 9, "full": 5}
     assert after["tiers"]["fast"]["mistakes"] == {"agent_reported_error": 1}
     assert orjson.dumps(after["tools"]) == orjson.dumps(stats["tools"])
+
+
+async def test_a_console_on_either_replica_shows_every_replicas_calls(replicas: list[Replica]) -> None:
+    """A call served by replica A is pushed to replica B's console (the store's live channel) within
+    2 s, and both replicas list its session from the shared call log."""
+    a, b = replicas
+    async with aiohttp.ClientSession() as http, http.get(b.base + "/console/api/calls/live") as live:
+        assert live.status == 200 and await live.content.readline() == b": watching\n"
+        await live.content.readline()
+        body = {"model": "auto", "messages": [{"role": "user", "content": "hi from A"}]}
+        async with http.post(a.url + "/chat/completions", json=body, headers={"x-session-id": "across"}) as r:
+            assert r.status == 200
+            tier = r.headers["x-router-tier"]
+        line = await asyncio.wait_for(live.content.readline(), 2)
+        call = orjson.loads(line.removeprefix(b"data: "))
+        assert call["session"] == "across" and call["tier"] == tier
+    for replica in (a, b):
+        async with aiohttp.ClientSession() as http, http.get(replica.base + "/v1/router/sessions") as r:
+            assert "across" in [s["id"] for s in (await r.json())["sessions"]]

@@ -6,7 +6,8 @@
 Every viewer has its own queue of at most `VIEWER_QUEUE` calls; a viewer that falls that far behind
 is dropped (its iteration ends; the console reconnects and reads the store to catch up), never
 buffered without bound and never in a call's way. At most `MAX_VIEWERS` watch at once (one proxy's
-console is for its operators).
+console is for its operators). Other replicas' calls reach it from a Redis store's live channel
+(`Store.calls_watch`, relayed by `Runtime`), so a console on any replica shows every replica's calls.
 """
 
 from __future__ import annotations
