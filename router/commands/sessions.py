@@ -37,15 +37,16 @@ def usd(amount: float) -> str:
 
 def sessions_table(sessions: list[dict[str, Any]]) -> Table:
     table = Table(title="Recent sessions (cost against the baseline tier)")
-    for column in ("session", "last", "calls", "tiers", "escalated", "sticky", "mistakes", "cost", "baseline", "saved"):
+    columns = ("session", "last", "calls", "tiers", "escalated", "sticky", "caught", "reached")
+    for column in (*columns, "cost", "baseline", "saved"):
         table.add_column(column, justify="right" if column not in ("session", "tiers") else "left")
     for s in sessions:
         tiers = " ".join(f"{tier} {n}" for tier, n in sorted(s["tiers"].items()))
         unpriced = f" (+{s['unpriced']} unpriced)" if s["unpriced"] else ""
         table.add_row(
             s["id"], time.strftime("%H:%M:%S", time.localtime(s["last"])), str(s["calls"]), tiers,
-            str(s["escalated"]), str(s["sticky"]), str(sum(s["mistakes"].values())), usd(s["cost_usd"]),
-            usd(s["baseline_cost_usd"]), usd(s["saved_usd"]) + unpriced,
+            str(s["escalated"]), str(s["sticky"]), str(sum(s["mistakes"].values())), str(s["reported"]),
+            usd(s["cost_usd"]), usd(s["baseline_cost_usd"]), usd(s["saved_usd"]) + unpriced,
         )  # fmt: skip
     return table
 

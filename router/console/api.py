@@ -86,6 +86,8 @@ class Tier(BaseModel):
     price: str  # where its prices come from (router/core/live/prices.py)
     breaker: str  # closed, open, half_open
     context_window: int | None
+    ttft_ms: float | None  # median time to first token of its answers among the recent calls
+    prefix_reused: float | None  # share of its prompt tokens read from its cache (the store's counters)
 
 
 class Overview(BaseModel):
@@ -112,7 +114,8 @@ class SessionTotals(BaseModel):
     escalated: int
     sticky: int
     exhausted: int
-    mistakes: dict[str, int]
+    mistakes: dict[str, int]  # caught by the router, by kind
+    reported: int  # reached the agent: routed calls it reported failed
     tokens: dict[str, int]
     cost_usd: float
     baseline_cost_usd: float
@@ -152,15 +155,17 @@ async def overview(runtime: Allowed) -> Overview:
     stats = await runtime.store.stats(None)
     breakers = runtime.breakers.snapshot()
     windows = runtime.windows.known()
+    counted = {t: v for t, v in (stats.get("tiers") or {}).items() if isinstance(v, dict)}
+    ttft = views.first_tokens(await views.recent(runtime.store, views.MAX_CALLS))
     tiers = [
         Tier(name=name, model=tier.model, price=prices.sources.get(name, ""),
-             breaker=str((breakers.get(name) or {}).get("state", "closed")), context_window=windows.get(name))
+             breaker=str((breakers.get(name) or {}).get("state", "closed")), context_window=windows.get(name),
+             ttft_ms=ttft.get(name), prefix_reused=_reused((counted.get(name) or {}).get("prompt_tokens")))
         for name, tier in policy.models.items()
     ]  # fmt: skip
     listed = await views.sessions(runtime.store, views.MAX_SESSIONS)
     cost = sum(s["cost_usd"] for s in listed)
     baseline = sum(s["baseline_cost_usd"] for s in listed)
-    counted = {t: v for t, v in (stats.get("tiers") or {}).items() if isinstance(v, dict)}
     mistakes: dict[str, int] = {}
     for per_tier in counted.values():
         for kind, n in (per_tier.get("mistakes") or {}).items():
@@ -171,6 +176,14 @@ async def overview(runtime: Allowed) -> Overview:
         cost_usd=round(cost, 6), baseline_cost_usd=round(baseline, 6), saved_usd=round(baseline - cost, 6),
         unpriced=sum(s["unpriced"] for s in listed), viewers=runtime.feed.viewers, access=access(runtime)[1],
     )  # fmt: skip
+
+
+def _reused(prompt: Any) -> float | None:
+    """The share of a tier's prompt tokens it read from its cache (None: it counted none)."""
+    if not isinstance(prompt, dict):
+        return None
+    evaluated, reused = int(prompt.get("evaluated", 0)), int(prompt.get("reused", 0))
+    return round(reused / (evaluated + reused), 4) if evaluated + reused else None
 
 
 async def series(runtime: Allowed, since: float | None = None, bucket: int = 60) -> dict[str, Any]:

@@ -3,6 +3,7 @@ the store's call log (router/store/calls.py), so every replica answers alike."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from router.store import Store
@@ -34,3 +35,13 @@ async def recent(store: Store, limit: int = 100) -> list[dict[str, Any]]:
     found = [r for name in await store.call_sessions(50) for r in await store.calls_get(name, limit)]
     found.sort(key=lambda r: r.ts, reverse=True)
     return [{"id": r.id, "session": r.session, "ts": r.ts, **r.data} for r in found[:limit]]
+
+
+def first_tokens(calls: list[dict[str, Any]]) -> dict[str, float]:
+    """Per tier, the median milliseconds from an answered attempt's start to its first token."""
+    waits: dict[str, list[float]] = {}
+    for call in calls:
+        for a in call.get("attempts") or ():
+            if a.get("how") == "answered" and a.get("first_token") is not None and a.get("started") is not None:
+                waits.setdefault(a["tier"], []).append(a["first_token"] - a["started"])
+    return {tier: round(statistics.median(ms), 1) for tier, ms in waits.items()}

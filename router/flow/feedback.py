@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from router.core.call import Call
 from router.core.checks.turns import Turn, call_key, newest_turn, tool_calls
@@ -31,7 +31,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("router.feedback")
 
 
-async def sticky_tier(store: Store, metrics: Metrics, call: Call, policy: Policy) -> str | None:
+class Feedback(NamedTuple):
+    sticky: str | None  # the tier this call must go to, while its session is sticky
+    reported: int  # routed calls this request reports failed (mistakes that reached the agent)
+
+
+async def read(store: Store, metrics: Metrics, call: Call, policy: Policy) -> Feedback:
     """Record newly reported failures, then say whether this call must go to a stronger tier."""
     rules = policy.escalation.after_agent_error
     sticky = rules.sticky_calls if policy.escalation.chain else 0
@@ -55,9 +60,9 @@ async def sticky_tier(store: Store, metrics: Metrics, call: Call, policy: Policy
             await store.sticky_set(call.session.id, policy.escalation.chain[-1], sticky)
         log.info("session %s: agent reported %d failed tool call(s)", call.session.id[:16], len(failed))
     if not sticky or not routed_by_policy(call.features, policy):
-        return None
+        return Feedback(None, len(failed))
     tier = await store.sticky_take(call.session.id)
-    return tier if tier in policy.models else None
+    return Feedback(tier if tier in policy.models else None, len(failed))
 
 
 async def _failed_calls(

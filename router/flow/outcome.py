@@ -70,6 +70,7 @@ class Outcome(NamedTuple):
     baseline_usd: float | None  # what the same call would have cost on the baseline tier
     baseline_s: float | None  # and taken there
     why: str  # why a cost or baseline figure is absent ("" when none is)
+    reported: int  # routed calls this request reports failed (router/flow/feedback.py)
 
     def to_json(self) -> dict[str, Any]:
         """The call as the call log keeps it and the console shows it (router/store/calls.py)."""
@@ -92,7 +93,7 @@ class Outcome(NamedTuple):
                 for t in self.attempts
             ],
             "seconds": round(self.took, 4), "cost_usd": self.cost_usd, "baseline_cost_usd": self.baseline_usd,
-            "baseline_seconds": self.baseline_s, "worth_unknown": self.why or None,
+            "baseline_seconds": self.baseline_s, "worth_unknown": self.why or None, "reported": self.reported,
         }  # fmt: skip
 
 
@@ -180,6 +181,7 @@ class Account:
         self.prompt_evaluated = 0  # prompt tokens the tiers' servers evaluated, by their own count
         self.prompt_reused = 0  # prompt tokens they reused from their cache (a session's kept prefix)
         self.streamed = False  # a stream's client has part of the answer (text, which is not held)
+        self.reported = 0  # routed calls the request reports failed: mistakes that reached the agent earlier
         self.repeat: str | None = None  # how this repeat of an exhausted request runs (`Repeat`)
         self.sampled: str | None = None  # why the call went on sampled (`Why`), once it did
         self.native: dict[str, bool] = {}  # tier → its latest attempt got the client's own request
@@ -242,7 +244,7 @@ class Account:
             self.route, self.reason, self.lane.name, self.tier, tuple(self.tried), tuple(self.skipped),
             tuple(self.mistakes), self.escalated, self.repaired, self.exhausted, tuple(self.signs), self.salvaged,
             self.looped, tuple(self.verdicts), self.prompt_evaluated, self.prompt_reused, self.repeat, self.sampled,
-            self.speed, self.answered_natively, tried, self.session, self.now(), time.time(), *worth,
+            self.speed, self.answered_natively, tried, self.session, self.now(), time.time(), *worth, self.reported,
         )  # fmt: skip
 
     def worth(self, tried: tuple[Tried, ...]) -> Worth:

@@ -75,9 +75,9 @@ async def begin(runtime: Runtime, call: Call) -> Attempts:
     lane, call, policy = runtime.lanes.enter(call, runtime.policy.current)
     features = call.features.with_tools(tool_set.chars)  # what a tier's context must hold: the tools too
     try:
-        sticky = await feedback.sticky_tier(runtime.store, runtime.metrics, call, policy)
+        fed = await feedback.read(runtime.store, runtime.metrics, call, policy)
         adaptive, windows = runtime.adaptive, runtime.windows.known()
-        live = Live(sticky_tier=sticky, degraded=adaptive.degraded, diverted=adaptive.diverted, windows=windows)
+        live = Live(sticky_tier=fed.sticky, degraded=adaptive.degraded, diverted=adaptive.diverted, windows=windows)
         decision = decide(features, policy, live)
         seen = runtime.repeats.seen(call) if policy.escalation.repeat is not None else None
     except BaseException:
@@ -87,6 +87,7 @@ async def begin(runtime: Runtime, call: Call) -> Attempts:
     runtime.warming.offer(policy, call.session, call.body, decision.tier)  # the other tiers read it meanwhile
     attempts = Attempts(runtime.parts, call, policy, decision, lane, features.context_tokens, seen)
     attempts.admitted = (tools, tool_set)
+    attempts.reported = fed.reported
     if attempts.repeat == "refused":  # every run the policy gives this request failed: not run again
         runtime.lanes.leave(lane)
         refused = attempts.refused()
@@ -232,8 +233,11 @@ async def _attempts(
                     del error
             if isinstance(step, Deliver):
                 return
-            if step.backoff and (wait := attempts.backoff()) > 0:
-                await asyncio.sleep(wait)
+            # the backoff, or at least one turn of the event loop: a tier's connection released by the
+            # attempt just ended is taken back into its pool there — asked again at once, the same
+            # server's pool hands out one whose last answer's end is still unread, and the request
+            # cannot be written (aiohttp's ClientOSError; seen on llama.cpp's server, tests/e2e)
+            await asyncio.sleep(attempts.backoff() if step.backoff else 0)
     except RouterError as exc:
         exc.outcome = attempts.outcome()  # the transport names the call's routing with its error
         raise

@@ -71,8 +71,9 @@ def _fresh(options: StoreOptions, now: float | None = None) -> float:
 
 def summarize(session: str, records: Iterable[CallRecord]) -> dict[str, Any]:
     """A session's totals from its calls: counts per tier, escalations, sticky calls, mistakes caught by
-    kind, tokens, cost against the baseline (calls whose figures are unknown counted apart), time."""
-    calls = escalated = sticky = exhausted = unpriced = 0
+    kind and those that reached the agent (`reported`: its tool calls it said failed), tokens, cost
+    against the baseline (calls whose figures are unknown counted apart), time."""
+    calls = escalated = sticky = exhausted = unpriced = reported = 0
     tiers: dict[str, int] = {}
     mistakes: dict[str, int] = {}
     prompt = cached = output = 0
@@ -88,6 +89,7 @@ def summarize(session: str, records: Iterable[CallRecord]) -> dict[str, Any]:
         escalated += bool(d.get("escalated"))
         sticky += d.get("route") == "sticky"
         exhausted += bool(d.get("exhausted"))
+        reported += int(d.get("reported") or 0)
         for kind in d.get("mistakes") or ():
             mistakes[str(kind)] = mistakes.get(str(kind), 0) + 1
         tokens = d.get("tokens") or {}
@@ -102,7 +104,7 @@ def summarize(session: str, records: Iterable[CallRecord]) -> dict[str, Any]:
         seconds += float(d.get("seconds", 0.0))
     return {
         "id": session, "first": first, "last": last, "calls": calls, "tiers": tiers, "escalated": escalated,
-        "sticky": sticky, "exhausted": exhausted, "mistakes": mistakes,
+        "sticky": sticky, "exhausted": exhausted, "mistakes": mistakes, "reported": reported,
         "tokens": {"prompt": prompt, "cached": cached, "output": output},
         "cost_usd": round(cost, 6), "baseline_cost_usd": round(baseline, 6), "saved_usd": round(baseline - cost, 6),
         "unpriced": unpriced, "seconds": round(seconds, 3),

@@ -103,6 +103,7 @@ async def test_a_sticky_session_and_the_savings_the_api_reports(browser, start_f
     await page.locator("#session-list tbody tr[data-session='sticky-1']").click()
     await page.locator("#timeline tr.sticky").first.wait_for(timeout=2000)
     assert await page.locator("#timeline tr.sticky").count() == 2  # the sticky span: 2 calls
+    assert "1 call(s) it reported failed" in await page.locator("#timeline").inner_text()
     session = (await get(proxy.base + "/console/api/sessions/sticky-1")).json()["session"]
     assert float(await page.locator("#session-saved").get_attribute("data-usd")) == session["saved_usd"]
     if os.environ.get("AGENT_ROUTER_SCREENSHOTS"):

@@ -49,11 +49,12 @@ def test_a_sessions_totals_add_up_its_calls() -> None:
     calls = [
         record("s", 0, 100.0),
         record("s", 1, 101.0, tier="full", escalated=True, mistakes=["schema_violation"], cost_usd=0.011),
-        record("s", 2, 102.0, route="sticky", tier="full", cost_usd=None),
+        record("s", 2, 102.0, route="sticky", tier="full", cost_usd=None, reported=1),
     ]
     total = summarize("s", calls)
     assert total["calls"] == 3 and total["tiers"] == {"fast": 1, "full": 2}
     assert total["escalated"] == 1 and total["sticky"] == 1 and total["mistakes"] == {"schema_violation": 1}
+    assert total["reported"] == 1  # reached the agent: the call it said failed
     assert total["cost_usd"] == pytest.approx(0.012) and total["baseline_cost_usd"] == pytest.approx(0.02)
     assert total["saved_usd"] == pytest.approx(0.008) and total["unpriced"] == 1  # the unknown is left out
     assert total["tokens"] == {"prompt": 300, "cached": 150, "output": 30} and (total["first"], total["last"]) == (

@@ -80,7 +80,10 @@ async function overview() {
   if (!Object.keys(ov.mistakes).length) kinds.replaceChildren(el("li", { class: "hint" }, "none caught yet"));
   document.querySelector("#ov-tiers tbody").replaceChildren(...ov.tiers.map((t) => el("tr", {},
     el("td", {}, tierChip(t.name)), el("td", {}, t.model), el("td", {}, t.price), el("td", {}, t.breaker),
-    el("td", { class: "num" }, t.context_window ?? "–"), el("td", { class: "num" }, ov.calls[t.name] || 0))));
+    el("td", { class: "num" }, t.context_window ?? "–"),
+    el("td", { class: "num" }, t.ttft_ms == null ? "–" : `${t.ttft_ms} ms`),
+    el("td", { class: "num" }, t.prefix_reused == null ? "–" : `${Math.round(100 * t.prefix_reused)}%`),
+    el("td", { class: "num" }, ov.calls[t.name] || 0))));
   set("ov-note", `${ov.sessions} sessions kept; ${ov.unpriced} calls without a known cost are left out of the sums. ${ov.access}.`);
   chart(series.rows);
 }
@@ -226,6 +229,7 @@ async function sessions() {
     el("td", {}, Object.entries(s.tiers).map(([t, n]) => [tierChip(t), ` ${n} `])),
     el("td", { class: "num" }, s.escalated), el("td", { class: "num" }, s.sticky),
     el("td", { class: "num" }, Object.values(s.mistakes).reduce((a, b) => a + b, 0)),
+    el("td", { class: "num" }, s.reported),
     el("td", { class: "num" }, usd(s.cost_usd)), el("td", { class: "num" }, usd(s.baseline_cost_usd)),
     el("td", { class: "num", data: { usd: s.saved_usd } }, usd(s.saved_usd)))));
   if (state.session) timeline(state.session);
@@ -250,7 +254,8 @@ async function timeline(id) {
     el("dl", {}, el("dt", {}, "calls"), el("dd", {}, s.calls), el("dt", {}, "cost"), el("dd", {}, usd(s.cost_usd)),
       el("dt", {}, "baseline"), el("dd", {}, usd(s.baseline_cost_usd)),
       el("dt", {}, "saved so far"), el("dd", { data: { usd: s.saved_usd }, id: "session-saved" }, usd(s.saved_usd)),
-      el("dt", {}, "sticky calls"), el("dd", {}, s.sticky)),
+      el("dt", {}, "sticky calls"), el("dd", {}, s.sticky),
+      el("dt", {}, "reached the agent"), el("dd", {}, `${s.reported} call(s) it reported failed`)),
     el("table", { class: "timeline" }, el("thead", {}, el("tr", {}, ["time", "tier", "mistakes", "cost", "saved so far"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows.reverse())));
 }
