@@ -212,11 +212,11 @@ class RedisStore(BufferedStore):
     async def _bucket_rows(self, first: int) -> list[tuple[int, str, str, str, str, int]]:
         # decode_responses=True: every reply below is str
         buckets = cast(list[str], await self._reader.zrangebyscore(f"{self.prefix}c:buckets", first, "+inf"))
-        pipe = self._reader.pipeline(transaction=False)
-        for b in buckets:
-            pipe.hgetall(f"{self.prefix}c:{b}")
+        async with self._reader.pipeline(transaction=False) as pipe:  # its connection back on any failure
+            for b in buckets:
+                pipe.hgetall(f"{self.prefix}c:{b}")
+            replies = cast(list[dict[str, str]], await pipe.execute() if buckets else [])
         rows: list[tuple[int, str, str, str, str, int]] = []
-        replies = cast(list[dict[str, str]], await pipe.execute() if buckets else [])
         for b, fields in zip(buckets, replies, strict=True):
             rows += [(int(b), *_unfield(f), int(n)) for f, n in fields.items()]
         return rows
@@ -252,10 +252,10 @@ class RedisStore(BufferedStore):
             if calls <= 0:
                 await self._redis.delete(key)
                 return
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.hset(key, mapping={"tier": tier, "left": calls})
-            pipe.pexpire(key, self._ttl_ms())
-            await pipe.execute()
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(key, mapping={"tier": tier, "left": calls})
+                pipe.pexpire(key, self._ttl_ms())
+                await pipe.execute()
 
         await self._call("sticky_set", put)
 
@@ -277,11 +277,11 @@ class RedisStore(BufferedStore):
     async def _routed_put_many(self, batch: list[list[str | int]]) -> None:
         async def put() -> None:
             for attempt in (1, 2):
-                pipe = self._redis.pipeline(transaction=False)
-                for args in batch:  # EVALSHA without the pipeline's own SCRIPT EXISTS round trip
-                    pipe.evalsha(self._put.sha, 2, *args)
                 try:
-                    await pipe.execute()
+                    async with self._redis.pipeline(transaction=False) as pipe:
+                        for args in batch:  # EVALSHA without the pipeline's own SCRIPT EXISTS round trip
+                            pipe.evalsha(self._put.sha, 2, *args)
+                        await pipe.execute()
                     return
                 except NoScriptError:  # Redis restarted and lost its scripts: load once, again
                     if attempt == 2:

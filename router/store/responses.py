@@ -323,17 +323,17 @@ async def redis_put(
     todo = list(range(len(records)))
     for whole in (False, True):
         datas = await asyncio.to_thread(_payloads, records, todo, whole)
-        pipe = client.pipeline(transaction=False)
         sent: list[int] = []
-        for i, data in zip(todo, datas, strict=True):
-            rec = records[i]
-            parent = "" if whole or not rec.parent else rec.parent
-            if stored_size(Row(every, parent, rec.session, data)) > cap:  # the longest header it can get
-                outcomes[i] = "too_big"
-                continue
-            await script(keys=[keys + rec.id], args=[keys, parent, ttl_ms, every, rec.session, data], client=pipe)
-            sent.append(i)
-        results = await pipe.execute() if sent else []
+        async with client.pipeline(transaction=False) as pipe:  # its connection back on any failure (a stall)
+            for i, data in zip(todo, datas, strict=True):
+                rec = records[i]
+                parent = "" if whole or not rec.parent else rec.parent
+                if stored_size(Row(every, parent, rec.session, data)) > cap:  # the longest header it can get
+                    outcomes[i] = "too_big"
+                    continue
+                await script(keys=[keys + rec.id], args=[keys, parent, ttl_ms, every, rec.session, data], client=pipe)
+                sent.append(i)
+            results = await pipe.execute() if sent else []
         todo = []
         for i, ok in zip(sent, results, strict=True):
             if ok:

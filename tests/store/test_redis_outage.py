@@ -183,3 +183,47 @@ async def test_password_never_logged_or_raised(caplog: pytest.LogCaptureFixture)
     assert not [e for e in errors if secret in e], errors
     assert secret not in str(stats)
     assert redact_url(url) == url.replace(secret, "***")
+
+
+async def test_stalls_give_every_connection_back(redis_server_factory: Callable[[int], RedisServer]) -> None:
+    """Redis frozen (SIGSTOP) while response chains, sessions and the call log are written through
+    pipelines: each write gives up at its timeout, and its connection goes back to the pool. With the
+    pipelines not context-managed, two of the pool's three were still held after these stalls (this
+    test failed so); after them, with Redis thawed, every kind of write works at once."""
+    import os
+    import signal
+
+    from router.store.calls import CallRecord
+    from router.store.responses import ResponseRecord
+
+    server = redis_server_factory(free_port())
+    server.start()
+    store = RedisStore(server.url, prefix="stall:", max_connections=3, op_timeout=0.3, read_timeout=0.3,
+                       options=StoreOptions(flush_interval=0.05))  # fmt: skip
+    await store.start()
+    assert server.proc is not None
+    history = ({"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"})
+    try:
+        for i in range(10):
+            writes = (
+                store.responses_put([ResponseRecord(f"resp_stall{i}", None, "s", history, 1)]),
+                store.sticky_set(f"s{i}", "full", 2),
+                store.calls_put([CallRecord(f"c{i}", "s", time.time(), {"tier": "fast"})], "here"),
+            )
+            for write in writes:  # each one stalled: the store tries at once, Redis does not answer
+                store._retry_at = 0.0
+                os.kill(server.proc.pid, signal.SIGSTOP)
+                try:
+                    await write
+                finally:
+                    os.kill(server.proc.pid, signal.SIGCONT)
+        store._retry_at = 0.0
+        pool = store._redis.connection_pool
+        assert await wait_until(lambda: len(pool._in_use_connections) == 0, 3), pool._in_use_connections
+        assert await store.responses_put([ResponseRecord("resp_after", None, "s", history, 1)]) == ["stored"]
+        await store.sticky_set("after", "full", 2)
+        assert await store.sticky_take("after") == "full"
+        await store.calls_put([CallRecord("c-after", "after", time.time(), {"tier": "fast"})], "here")
+        assert [r.id for r in await store.calls_get("after", 5)] == ["c-after"]
+    finally:
+        await store.close()
