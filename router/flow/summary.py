@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def router_headers(outcome: Outcome) -> dict[str, str]:
     return {
-        "x-router-tier": outcome.tier,
+        **({"x-router-tier": outcome.tier} if outcome.tried else {}),  # no tier asked (a refused repeat): none named
         "x-router-route": outcome.route,
         "x-router-escalated": "true" if outcome.escalated else "false",
         "x-router-mistakes": ",".join(outcome.mistakes),

@@ -215,3 +215,25 @@ async def test_a_streams_error_after_its_text_says_the_text_was_all_it_got(tmp_p
     assert sent.startswith("I will call get_weather now.") and attempts.streamed
     message = failed.value.message
     assert "only the text already streamed" in message and "nothing was delivered" not in message
+
+
+async def test_one_sessions_retries_are_not_another_sessions_and_a_refusal_names_no_tier(tmp_path: Path) -> None:
+    """Two agents send the same opening request: the first's exhausted request is refused when it
+    repeats it, the second's is run as any first request is; the refusal's headers name no tier, as
+    none was asked."""
+    fast, full = Scripted("fast", [BAD, BAD]), Scripted("full", [BAD, BAD])
+
+    def in_session(session: str) -> Call:
+        body = {"model": "auto", "messages": [{"role": "user", "content": "weather?"}], "tools": [WEATHER]}
+        return chat_call(orjson.dumps(body), {"x-session-id": session})
+
+    async with started(greedy(policy(), "full"), tmp_path, fast=fast, full=full) as runtime:
+        with pytest.raises(ChecksFailedRepeatedly):
+            await pipeline.complete(runtime, in_session("agent-a"))
+        with pytest.raises(ChecksFailedRepeatedly) as refused:
+            await pipeline.complete(runtime, in_session("agent-a"))
+        assert refused.value.outcome.tried == () and "x-router-tier" not in error_headers(refused.value)
+        with pytest.raises(ChecksFailedRepeatedly) as other:
+            await pipeline.complete(runtime, in_session("agent-b"))  # run, not refused: its own first try
+        assert other.value.outcome.tried == ("fast", "full") and other.value.outcome.repeat is None
+    assert (len(fast.bodies), len(full.bodies)) == (2, 2)

@@ -69,9 +69,14 @@ def shape_of(call: Call) -> Shape:
 
 
 def digest(call: Call) -> bytes:
-    """The request as its tiers are asked it: its chat body without the `NOT_ASKED` fields, keys sorted."""
+    """The request as its tiers are asked it — its chat body without the `NOT_ASKED` fields, keys
+    sorted — in its session, from its client's key: one session's retries are never another's."""
     body = {k: v for k, v in call.body.items() if k not in NOT_ASKED}
-    return hashlib.blake2b(orjson.dumps(body, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
+    h = hashlib.blake2b(orjson.dumps(body, option=orjson.OPT_SORT_KEYS), digest_size=16)
+    headers = call.headers
+    for part in (call.session.id, headers.get("authorization", ""), headers.get("x-api-key", "")):
+        h.update(b"\0" + part.encode())
+    return h.digest()
 
 
 class Repeats:
