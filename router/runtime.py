@@ -124,13 +124,15 @@ class Runtime:
         self.open.drain()
         self.feed.close()
 
-    def finished(self, outcome: Finished) -> None:
-        """A routed call is over (its transport's last word): what it cost, added up; logged in the
-        store (in batches, `_log_calls`) and pushed to the console's viewers."""
+    def finished(self, outcome: Finished, error: str | None = None) -> None:
+        """A routed call is over (its transport's last word; `error`: the code it ended with, if it
+        did): what it cost, added up; logged in the store (in batches, `_log_calls`) and pushed to
+        the console's viewers."""
         self.ledger.add(outcome)
         if outcome.cost_usd is not None and outcome.baseline_usd is not None:
             self.metrics.observe_worth(outcome.tier, outcome.route, outcome.cost_usd, outcome.baseline_usd)
-        record = CallRecord(f"{self._ids}{next(self._seq):x}", outcome.session, outcome.ended_at, outcome.to_json())
+        data = outcome.to_json() if error is None else {**outcome.to_json(), "error": error}
+        record = CallRecord(f"{self._ids}{next(self._seq):x}", outcome.session, outcome.ended_at, data)
         if len(self._calls) >= MAX_PENDING_CALLS:  # the store is behind: the oldest waiting is let go
             self._calls.popleft()
             self.metrics.tripped("call_log_behind")

@@ -52,6 +52,8 @@ def endpoint(handler: Handler, render: Callable[[RouterError], Response] = error
             return await handler(request)
         except RouterError as exc:
             access.note_failure(request.scope, exc)
+            if exc.outcome is not None:  # a routed call that ended in an error: what it cost, logged too
+                runtime_of(request).finished(exc.outcome, error=exc.code)
             return render(exc)
         except asyncio.CancelledError:
             if (reason := runtime_of(request).open.ended()) is None:

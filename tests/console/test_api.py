@@ -102,3 +102,18 @@ async def test_the_api_describes_itself(start_fake_, proxy_) -> None:
     )
     docs = await get(proxy.base + "/console/api/docs")
     assert docs.status == 200 and b"swagger" in docs.body.lower()
+
+
+async def test_a_call_that_ended_in_an_error_is_logged_with_it(start_fake_, proxy_) -> None:
+    fast = await start_fake_(FakeConfig(seed=1, bad_tool_rate=1.0))
+    full = await start_fake_(FakeConfig(seed=2, bad_tool_rate=1.0))  # every answer broken: no attempt passes
+    proxy = await proxy_(priced(fast.url, full.url))
+    body = {"model": "auto", "messages": USER, "tools": TOOLS, "tool_choice": "required"}
+    r = await post(proxy.url + "/chat/completions", body, headers={"x-session-id": "failing-1"})
+    assert r.status == 502
+    await settle(proxy)
+    session = (await get(proxy.base + "/console/api/sessions/failing-1")).json()
+    call = session["calls"][0]
+    assert call["error"] == r.json()["error"]["code"] and call["exhausted"] is True
+    assert [a["how"] for a in call["attempts"]][-1] == "failed" and session["session"]["exhausted"] == 1
+    assert call["cost_usd"] > 0  # the attempts' answers were paid for, though none was delivered

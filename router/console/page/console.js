@@ -141,7 +141,8 @@ function row(call, fresh) {
   call.tried.forEach((t, i) => { if (i) chain.push(el("span", { class: "arrow" }, "→")); chain.push(tierChip(t)); });
   const tr = el("tr", { class: fresh ? "fresh" : "", data: { id: call.id }, on: { click: () => pick(call, tr) } },
     el("td", {}, time(call.ts)), el("td", { title: call.session }, short(call.session)), el("td", {}, call.route),
-    el("td", {}, chain), el("td", {}, call.mistakes.map((m) => el("span", { class: "chip mistake" }, m))),
+    el("td", {}, chain), el("td", {}, call.mistakes.map((m) => el("span", { class: "chip mistake" }, m)),
+      call.error ? el("span", { class: "chip error" }, call.error) : null),
     el("td", { class: "num" }, call.tokens.prompt + call.tokens.output),
     el("td", { class: "num" }, usd(call.cost_usd)), el("td", { class: "num" }, usd(call.baseline_cost_usd)),
     el("td", { class: "num" }, call.seconds.toFixed(2)));
@@ -175,8 +176,10 @@ function chainOf(call) {
       a.mistakes.length ? el("span", {}, " · ", a.mistakes.map((m) => el("span", { class: "chip mistake" }, m))) : null,
       el("small", {}, `${a.started} → ${a.ended ?? "…"} ms · ${tokens}`)));
   }
-  steps.push(el("li", { class: "answered" }, el("b", {}, "delivered by "), tierChip(call.tier),
-    call.signs.length ? ` with signs ${call.signs.join(", ")}` : "", call.salvaged ? " (salvaged)" : ""));
+  steps.push(call.error
+    ? el("li", { class: "failed" }, el("b", {}, `ended with ${call.error}`), el("small", {}, "the agent got this error, no answer"))
+    : el("li", { class: "answered" }, el("b", {}, "delivered by "), tierChip(call.tier),
+      call.signs.length ? ` with signs ${call.signs.join(", ")}` : "", call.salvaged ? " (salvaged)" : ""));
   return [
     el("h3", {}, `Call ${short(call.id)}`), el("p", { class: "hint" }, `session ${call.session} · ${time(call.ts)}`),
     el("ol", { class: "chain" }, steps),
