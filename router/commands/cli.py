@@ -133,6 +133,9 @@ def fake_upstream(
     fast_rate_limit: Annotated[
         int, typer.Option(help="fast-mode requests taken per minute before a 429 (0: no limit)")
     ] = 0,
+    effort_without_thinking: Annotated[
+        str, typer.Option(help="the highest Messages effort taken beside thinking off: max, high, ... or none")
+    ] = "max",
 ) -> None:
     """Run the deterministic, fault-injecting fake model server (OpenAI-compatible)."""
     from router.fake import FakeConfig, run_fake
@@ -164,6 +167,7 @@ def fake_upstream(
         greedy=greedy,
         fast_models=tuple(fast_model) if fast_model else ("*",),
         fast_rate_limit=fast_rate_limit,
+        effort_without_thinking=effort_without_thinking,
     )
     typer.echo(f"fake upstream on http://{host}:{port}/v1")
     run_fake(config, host, port)

@@ -14,6 +14,8 @@ Reasoning state (router/fake/reasoning.py), bound to the request's ``model`` as 
   loop's final assistant turn that does not start with a thinking block. /v1/responses with
   ``include: ["reasoning.encrypted_content"]`` answers with a reasoning item first, and refuses with
   OpenAI's 400 ``invalid_encrypted_content`` an input item's encrypted content sealed for another model.
+  Thinking off beside an effort level above ``effort_without_thinking`` (or written with more than its
+  ``type``) gets Anthropic's 400 (DeepSeek's with ``none``).
 
 Answers
   With ``tools`` (and ``tool_choice`` not "none") the answer is one tool call: the named tool when
@@ -87,7 +89,7 @@ from aiohttp import web
 
 from router.fake.context import prompt_size, too_long
 from router.fake.faults import Plan, plan_of, send_endless, send_looping
-from router.fake.reasoning import messages_refusal, reasoning_items, responses_refusal, thinking_blocks
+from router.fake.reasoning import effort_refusal, messages_refusal, reasoning_items, responses_refusal, thinking_blocks
 from router.fake.responses import (
     MALFORMED_RESPONSES,
     offered_tools,
@@ -159,27 +161,31 @@ async def _send_stream(
     request: web.Request, st: FakeState, plan: Plan, events: list[bytes], headers: dict[str, str], bad: bytes
 ) -> web.StreamResponse:
     st.streams += 1
-    resp = web.StreamResponse(headers={**_SSE, **headers})
-    await resp.prepare(request)
-    if plan.malformed:
-        events.insert(2 if len(events) > 3 else 1, bad)
-    cut = max(2, len(events) // 2) if plan.reset_mid else -1
-    gap = st.config.chunk_delay_ms / 1000
-    if plan.first_ms > 0:
-        await asyncio.sleep(plan.first_ms / 1000)
-    if gap <= 0 and cut < 0:
-        await resp.write(b"".join(events))
-    else:
-        for i, event in enumerate(events):
-            if i == cut:
-                await asyncio.sleep(0.005)  # let the sent chunks reach the peer before the RST
-                _cut(request)
-                return resp
-            if i and gap > 0:
-                await asyncio.sleep(gap)
-            await resp.write(event)
-    await resp.write_eof()
-    return resp
+    st.streaming += 1
+    try:
+        resp = web.StreamResponse(headers={**_SSE, **headers})
+        await resp.prepare(request)
+        if plan.malformed:
+            events.insert(2 if len(events) > 3 else 1, bad)
+        cut = max(2, len(events) // 2) if plan.reset_mid else -1
+        gap = st.config.chunk_delay_ms / 1000
+        if plan.first_ms > 0:
+            await asyncio.sleep(plan.first_ms / 1000)
+        if gap <= 0 and cut < 0:
+            await resp.write(b"".join(events))
+        else:
+            for i, event in enumerate(events):
+                if i == cut:
+                    await asyncio.sleep(0.005)  # let the sent chunks reach the peer before the RST
+                    _cut(request)
+                    return resp
+                if i and gap > 0:
+                    await asyncio.sleep(gap)
+                await resp.write(event)  # raises once the peer has gone
+        await resp.write_eof()
+        return resp
+    finally:
+        st.streaming -= 1
 
 
 async def _serve(request: web.Request, api: str) -> web.StreamResponse:
@@ -203,6 +209,9 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     if refused is not None and (foreign := refused(body, st.config.signing_key)) is not None:
         st.refused[foreign[0]] += 1  # another model's reasoning state, as the provider refuses it
         return web.Response(status=400, body=foreign[1], headers=JSON_HEADERS)
+    if anthropic and (effort := effort_refusal(body, st.config.effort_without_thinking)) is not None:
+        st.refused[effort[0]] += 1
+        return web.Response(status=400, body=effort[1], headers=JSON_HEADERS)
     if tools and finished(body, chosen, st.config.finish_after):
         tools = []
     size = prompt_size(body) if st.config.n_ctx else 0

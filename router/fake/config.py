@@ -38,6 +38,9 @@ class FakeConfig:
     # fast-mode beta header), and fast requests taken per minute before a 429 (0: no limit)
     fast_models: tuple[str, ...] = ("*",)
     fast_rate_limit: int = 0
+    # the highest `output_config.effort` a Messages request takes beside thinking off (router/fake/reasoning.py):
+    # "max" (any), "high" (Anthropic's newest models refuse xhigh and max), "none" (DeepSeek's Anthropic API)
+    effort_without_thinking: str = "max"
     # Responses WebSocket mode (GET /v1/responses, router/fake/websocket.py): served (False: the upgrade gets a
     # 404, as from a server without it), and a connection's time limit in seconds (OpenAI's: 60 minutes)
     websocket: bool = True
@@ -70,5 +73,7 @@ class FakeConfig:
             raise ValueError(f"fast_rate_limit must be 0 (no limit) or more, got {self.fast_rate_limit}")
         if self.ws_limit_s <= 0:
             raise ValueError(f"ws_limit_s must be above 0, got {self.ws_limit_s}")
+        if self.effort_without_thinking not in ("none", "low", "medium", "high", "xhigh", "max"):
+            raise ValueError(f"effort_without_thinking: none or an effort level, not {self.effort_without_thinking!r}")
         if self.finish_after < 0:
             raise ValueError(f"finish_after must be 0 (never) or more, got {self.finish_after}")

@@ -17,7 +17,13 @@ OpenAI Responses, with `include: ["reasoning.encrypted_content"]`: the output st
 `encrypted_content` was not (reasoning, compaction, ...) is refused with OpenAI's 400
 `invalid_encrypted_content` ("The encrypted content gAAA...xyz= could not be verified.").
 
-Refusals are counted by kind (`signature`, `thinking_required`, `encrypted_content`) in
+Thinking off (`thinking: {type: "disabled"}`, or no `thinking`) beside an effort level
+(`effort_refusal`): a `disabled` object with any key but `type` is refused as Anthropic refuses it
+("thinking.disabled.display: Extra inputs are not permitted"); an `output_config.effort` above the
+fake's `effort_without_thinking` ("max": every level is taken; "high": Anthropic's newest models;
+"none": no effort at all, as DeepSeek's Anthropic API) with that upstream's 400.
+
+Refusals are counted by kind (`signature`, `thinking_required`, `effort`, `encrypted_content`) in
 /_fake/stats' `refused`. Nothing here draws from the fake's generator: every other answer is as before.
 """
 
@@ -101,6 +107,32 @@ def messages_refusal(body: dict[str, Any], key: str) -> tuple[str, bytes] | None
                 "(preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include "
                 "thinking blocks from previous turns. To avoid this requirement, disable `thinking`."
             )
+    return None
+
+
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+
+
+def effort_refusal(body: dict[str, Any], highest: str) -> tuple[str, bytes] | None:
+    """("effort", the 400 body) for thinking off written with more than its `type`, or beside an
+    effort level above `highest` ("none": any)."""
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "disabled":
+        if extra := sorted(k for k in thinking if k != "type"):
+            return "effort", _anthropic_error(f"thinking.disabled.{extra[0]}: Extra inputs are not permitted")
+    elif thinking is not None:
+        return None
+    config = body.get("output_config")
+    level = config.get("effort") if isinstance(config, dict) else None
+    if not isinstance(level, str) or highest == "max":
+        return None
+    if highest == "none":
+        return "effort", _anthropic_error("thinking options type cannot be disabled when reasoning_effort is set")
+    if level in EFFORTS and EFFORTS.index(level) > EFFORTS.index(highest):
+        return "effort", _anthropic_error(
+            f"output_config.effort {level!r} is not supported when thinking is disabled on this model. "
+            f"Use effort {highest!r} or below, or enable thinking."
+        )
     return None
 
 

@@ -26,8 +26,9 @@ without it, such a call fails with `ExtraMissing`, which names the extra to inst
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -35,6 +36,7 @@ from router.errors import ExtraMissing, UpstreamError, UpstreamStatus, upstream_
 from router.policy.model import Tier
 from router.sessions import Session
 from router.sessions.provenance import MessagesMarks, mark_message, messages_request, model_tag
+from router.upstream import effort
 from router.upstream.base import Chunk, Limits, Native, Reply, Speed, chat_usage, native_event, token_count
 from router.upstream.http import PooledHTTP
 from router.upstream.litellm_adapter import LitellmUpstream
@@ -45,6 +47,16 @@ ANTHROPIC_API = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 _STANDARD = Speed("standard")
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+_EFFORTS_KEPT = 8  # refused effort levels remembered per tier, at most
+
+log = logging.getLogger("router.upstream")
+
+
+class _Sent(NamedTuple):
+    data: bytes
+    headers: dict[str, str]
+    fast: bool  # it asks for fast mode
+    effort: str | None  # the effort level it sets beside thinking off
 
 
 class AnthropicUpstream(PooledHTTP):
@@ -60,6 +72,7 @@ class AnthropicUpstream(PooledHTTP):
         self.model = config.model.split("/", 1)[1]
         self.tag = model_tag(config.model)  # the provenance of this model's thinking blocks
         self._chat = LitellmUpstream(tier, config)  # chat and Responses clients: litellm, loaded on first use
+        self._refused_efforts: set[str] = set()  # effort levels this tier refused beside thinking off
 
     async def _translating(self) -> LitellmUpstream:
         if not await self._chat.load():
@@ -88,15 +101,18 @@ class AnthropicUpstream(PooledHTTP):
         finally:
             await chunks.aclose()
 
-    def _request(self, native: Native, stream: bool, fast: bool = True) -> tuple[bytes, dict[str, str], bool]:
-        """The request's body and headers, and whether it asks for fast mode (`fast=False`: at
-        standard speed, as a refused fast request is sent again)."""
+    def _request(self, native: Native, stream: bool, plain: frozenset[str] = frozenset()) -> _Sent:
+        """The request as this tier sends it; `plain` names what a refused request is sent again
+        without: "speed" (at standard speed), "effort" (no effort level beside thinking off)."""
         merged = {**self.config.defaults, **native.body, **self.config.params, "model": self.model}
         if self.config.speed is not None:
             merged["speed"] = self.config.speed
-        if not fast:
+        if "speed" in plain:
             merged.pop("speed", None)
-        body = messages_request(merged, self.tag)  # only this model's reasoning state
+        body = effort.tidy(messages_request(merged, self.tag))  # only this model's reasoning state
+        level = effort.level(body)
+        if level is not None and ("effort" in plain or level in self._refused_efforts):
+            body, level = effort.without(body), None
         if stream:
             body["stream"] = True
         else:
@@ -104,22 +120,34 @@ class AnthropicUpstream(PooledHTTP):
         headers = {k: v for k, v in native.headers.items() if k in FORWARDED_HEADERS}
         if fast := body.get("speed") == "fast":
             headers = with_fast_beta(headers)
-        return orjson.dumps(body), headers, fast
+        return _Sent(orjson.dumps(body), headers, fast, level)
+
+    def _again(self, exc: UpstreamStatus, sent: _Sent) -> tuple[frozenset[str], str | None] | None:
+        """What a refused request is sent again without, and why (the speed's fallback); None: the
+        refusal is the call's failure as any other."""
+        if sent.fast and (reason := fallback(exc)) is not None:
+            return frozenset({"speed"}), reason
+        if sent.effort is not None and effort.refused(exc):
+            if sent.effort not in self._refused_efforts and len(self._refused_efforts) < _EFFORTS_KEPT:
+                self._refused_efforts.add(sent.effort)  # sent without it from now on
+                log.info("tier %r takes no effort %r with thinking off: sent without it", self.tier, sent.effort[:20])
+            return frozenset({"effort"}), None
+        return None
 
     async def complete_native(self, native: Native, deadline: float, session: Session | None = None) -> Reply:
-        data, headers, fast = self._request(native, False)
+        sent = self._request(native, False)
         try:
-            reply = await self.post_json(self.url, data, deadline, self._message, headers)
+            reply = await self.post_json(self.url, sent.data, deadline, self._message, sent.headers)
         except UpstreamStatus as exc:
-            reason = fallback(exc) if fast else None
-            if reason is None:
+            if (again := self._again(exc, sent)) is None:
                 raise
         else:
-            reply.speed = messages_speed((reply.native or {}).get("usage"), fast)
+            reply.speed = messages_speed((reply.native or {}).get("usage"), sent.fast)
             return reply
-        data, headers, _ = self._request(native, False, fast=False)  # at standard speed, once
-        reply = await self.post_json(self.url, data, deadline, self._message, headers)
-        reply.speed = messages_speed((reply.native or {}).get("usage"), False, reason)
+        plain, reason = again
+        sent = self._request(native, False, plain)  # once
+        reply = await self.post_json(self.url, sent.data, deadline, self._message, sent.headers)
+        reply.speed = messages_speed((reply.native or {}).get("usage"), sent.fast, reason)
         return reply
 
     def _message(self, raw: bytes, message: dict[str, Any]) -> Reply:
@@ -130,21 +158,21 @@ class AnthropicUpstream(PooledHTTP):
         return Reply(_completion(message), raw, native=message, usage=messages_usage(message.get("usage")))
 
     def stream_native(self, native: Native, deadline: float, session: Session | None = None) -> AsyncIterator[Chunk]:
-        data, headers, fast = self._request(native, True)
-        view = MessagesEvents(self.tier, self._secrets, MessagesMarks(self.tag), fast)
-        events = self.post_events(self.url, data, deadline, view.chunk, headers)
-        return self._falling_back(native, deadline, events) if fast else events
+        sent = self._request(native, True)
+        view = MessagesEvents(self.tier, self._secrets, MessagesMarks(self.tag), sent.fast)
+        events = self.post_events(self.url, sent.data, deadline, view.chunk, sent.headers)
+        return self._falling_back(native, deadline, sent, events) if sent.fast or sent.effort else events
 
     async def _falling_back(
-        self, native: Native, deadline: float, events: AsyncGenerator[Chunk, None]
+        self, native: Native, deadline: float, sent: _Sent, events: AsyncGenerator[Chunk, None]
     ) -> AsyncIterator[Chunk]:
-        """A fast-mode stream; refused before its first event, the request at standard speed instead."""
+        """A stream that may be refused before its first event; then the request once more, without
+        what was refused (`_again`)."""
         try:
             try:
                 first = await anext(events, None)
             except UpstreamStatus as exc:
-                reason = fallback(exc)
-                if reason is None:
+                if (again := self._again(exc, sent)) is None:
                     raise
             else:
                 if first is not None:
@@ -154,9 +182,10 @@ class AnthropicUpstream(PooledHTTP):
                 return
         finally:
             await events.aclose()
-        data, headers, _ = self._request(native, True, fast=False)
-        view = MessagesEvents(self.tier, self._secrets, MessagesMarks(self.tag), False, reason)
-        standard = self.post_events(self.url, data, deadline, view.chunk, headers)
+        plain, reason = again
+        sent = self._request(native, True, plain)
+        view = MessagesEvents(self.tier, self._secrets, MessagesMarks(self.tag), sent.fast, reason)
+        standard = self.post_events(self.url, sent.data, deadline, view.chunk, sent.headers)
         try:
             async for chunk in standard:
                 yield chunk

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from router.fake import FakeConfig, FakeServer, start_fake
-from router.fake.reasoning import REDACTED_TRIGGER
+from router.fake.reasoning import REDACTED_TRIGGER, effort_refusal
 
 READ = {"name": "Read", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}},
                                          "required": ["path"]}}  # fmt: skip
@@ -142,3 +142,17 @@ async def test_responses_encrypted_reasoning_is_sealed_for_the_model(fake, strea
     assert foreign.value.body["message"].endswith("could not be verified.")  # type: ignore[index]
     assert await refused(fake) == {"encrypted_content": 1}
     assert [i.type for i in plain.output] == ["message"]  # not asked for: no reasoning item
+
+
+def test_thinking_off_is_refused_as_the_upstreams_refuse_it() -> None:
+    off = {"thinking": {"type": "disabled"}}
+    assert effort_refusal({**off, "output_config": {"effort": "max"}}, "max") is None  # takes every level
+    kind, body = effort_refusal({"thinking": {"type": "disabled", "display": "summarized"}}, "max") or ("", b"")
+    assert kind == "effort" and b"thinking.disabled.display: Extra inputs are not permitted" in body
+    assert effort_refusal({**off, "output_config": {"effort": "high"}}, "high") is None
+    _, body = effort_refusal({"output_config": {"effort": "xhigh"}}, "high") or ("", b"")  # no `thinking`: off
+    assert b"'xhigh' is not supported when thinking is disabled" in body
+    _, body = effort_refusal({**off, "output_config": {"effort": "low"}}, "none") or ("", b"")
+    assert b"cannot be disabled when reasoning_effort is set" in body
+    on = {"thinking": {"type": "adaptive"}, "output_config": {"effort": "max"}}
+    assert effort_refusal(on, "none") is None  # thinking on: any effort
