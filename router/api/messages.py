@@ -24,7 +24,7 @@ from router.errors import BadRequest, Overloaded, RouterError
 from router.flow import pipeline
 from router.flow.summary import error_headers, router_headers
 from router.messages.events import Event, MessageEvents, error_body
-from router.messages.translate import chat_body, message_of, new_message_id
+from router.messages.translate import chat_body, left_out, message_of, new_message_id
 from router.policy.decide import features_of
 from router.sessions import session_of
 from router.upstream.anthropic import FORWARDED_HEADERS
@@ -48,7 +48,8 @@ def messages_call(raw: bytes, headers: Mapping[str, str], *, count_only: bool = 
     if not count_only and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
         raise BadRequest("max_tokens: Field required (a positive integer)", param="max_tokens")
     body, failed = chat_body(request)
-    native = Native("messages", request, {k: headers[k] for k in FORWARDED_HEADERS if k in headers})
+    forwarded = {k: headers[k] for k in FORWARDED_HEADERS if k in headers}
+    native = Native("messages", request, forwarded, left_out=left_out(request))
     features = features_of(body, headers)
     session = session_of(body, headers, features.prompt_tokens, request=request)
     return Call(body, headers, features, session, native, failed)

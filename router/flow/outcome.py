@@ -212,7 +212,7 @@ class Account:
         """An attempt on `tier` starts: with the client's request itself (`native`) or the chat body."""
         self.native[tier] = native
         self.speeds.pop(tier, None)
-        self.record.sent(tier)
+        self.record.sent(tier, native)
 
     def sped(self, tier: str, speed: Speed) -> None:
         """`tier`'s answer says the speed it is served at (router/upstream/speed.py)."""

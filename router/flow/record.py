@@ -20,6 +20,7 @@ down and tells what it decided — every side effect of a call's flow is a metho
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +42,11 @@ if TYPE_CHECKING:
     from router.core.live.repeats import Seen
     from router.policy.model import Breaker, Policy
     from router.runtime import Parts
-    from router.upstream.base import Speed, Usage
+    from router.upstream.base import Native, Speed, Usage
 
+log = logging.getLogger("router.flow")
+_LEFT_OUT_SAID: set[tuple[str, tuple[str, ...]]] = set()  # (tier, names) logged once per process
+_LEFT_OUT_KEPT = 256  # at most so many of them remembered (then each is logged again)
 _ARGUMENTS_KEPT = 2000  # characters of a routed call's arguments kept to recognise it when repeated
 
 
@@ -55,8 +59,11 @@ class Record:
         self.route = route
 
     # -- a tier's attempt ---------------------------------------------------------------------
-    def sent(self, tier: str) -> None:
+    def sent(self, tier: str, native: bool) -> None:
         self.parts.warming.live_started(tier)
+        asked = self.call.native
+        if not native and asked is not None and asked.left_out:
+            _left_out(tier, asked)
 
     def attempt(self, tier: str, tools: Sequence[str], found: Sequence[Mistake], answered: bool = True) -> None:
         """Count one attempt of `tier`: a call (failed ones too), each offered tool it called or
@@ -180,3 +187,18 @@ class Record:
     def context(self, tier: str, how: str) -> None:
         """The prompt did not fit `tier`: the call went on to a larger tier (`how`), or was refused."""
         self.parts.metrics.context_exceeded.labels(tier, how).inc()
+
+
+def _left_out(tier: str, native: Native) -> None:
+    """Say once per tier and set of names what a tier of another API does not get of a client's
+    request (with the betas the client sent, which are what most of it came with)."""
+    said = (tier, native.left_out)
+    if said in _LEFT_OUT_SAID:
+        return
+    if len(_LEFT_OUT_SAID) >= _LEFT_OUT_KEPT:
+        _LEFT_OUT_SAID.clear()
+    _LEFT_OUT_SAID.add(said)
+    betas = native.headers.get("anthropic-beta", "")[:400]
+    names = ", ".join(n[:60] for n in native.left_out[:20])
+    beta = f" (anthropic-beta: {betas})" if betas else ""
+    log.info("tier %r takes no %s request as it is: left out %s%s", tier, native.dialect, names, beta)

@@ -2,6 +2,8 @@
 
     chat_body(request)            a Messages request → (chat-completions body, tool_use ids the
                                   agent reported as failed with `is_error`)
+    left_out(request)             what of a request a chat tier does not get (logged once per tier
+                                  and set of names where a call goes to one: router/flow/record.py)
     message_of(reply, ...)        a chat.completion → a Messages `message` object
 
 The answer views a native `anthropic/*` tier needs too — `chat_message(message)`, `stop_reason`,
@@ -9,10 +11,12 @@ The answer views a native `anthropic/*` tier needs too — `chat_message(message
 
 What a chat tier cannot take is left out of what it sees: `thinking` / `redacted_thinking` blocks,
 blocks of server tools (web search results, ...), `cache_control`, request fields with no chat
-equivalent (`thinking`, `context_management`, `output_config`, ...), and tools with `defer_loading`
-until a tool search's result references them (`tool_reference`). A mid-conversation `system`
-message becomes a system message in its place. An `anthropic/*` tier gets the
-request unchanged instead (router/upstream/anthropic.py). Anthropic-defined client tools (`bash_*`,
+equivalent (`thinking`, `context_management`, `output_config.effort`, ... — most come with a beta the
+client sent, in `anthropic-beta`, which a chat tier is never sent), and tools with `defer_loading`
+until a tool search's result references them (`tool_reference`). A structured output
+(`output_config.format`, or the older `output_format`: a JSON schema) is the chat `response_format`.
+A mid-conversation `system` message becomes a system message in its place. An `anthropic/*` tier
+gets the request unchanged instead (router/upstream/anthropic.py). Anthropic-defined client tools (`bash_*`,
 `text_editor_*`, ...) have no schema in the request; they become functions taking any object.
 """
 
@@ -29,6 +33,11 @@ from router.upstream.base import token_count
 from router.upstream.messages_view import stop_reason
 
 _COPIED = ("temperature", "top_p", "max_tokens")  # same name, same meaning in both APIs
+# the request fields a chat tier gets in some form; any other is left out (`left_out`)
+_TRANSLATED = frozenset({
+    *_COPIED, "model", "messages", "system", "stop_sequences", "tools", "tool_choice", "metadata", "stream",
+    "output_format",
+})  # fmt: skip
 _SERVER_TOOL_TYPES = ("web_search", "web_fetch", "code_execution", "mcp_toolset", "tool_search")
 
 
@@ -231,7 +240,27 @@ def chat_body(request: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str
     if request.get("stream") is True:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
+    if (schema := _output_schema(request)) is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
     return body, frozenset(failed)
+
+
+def _output_schema(request: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A structured output's JSON schema: `output_config.format`, or the beta's older `output_format`."""
+    config = request.get("output_config")
+    for form in (config.get("format") if isinstance(config, Mapping) else None, request.get("output_format")):
+        schema = form.get("schema") if isinstance(form, Mapping) and form.get("type") == "json_schema" else None
+        if isinstance(schema, dict):
+            return schema
+    return None
+
+
+def left_out(request: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of what a chat tier does not get of this request, sorted (nested ones dotted)."""
+    names = [k for k in request if k not in _TRANSLATED and k != "output_config"]
+    if isinstance(config := request.get("output_config"), Mapping):
+        names += [f"output_config.{k}" for k in config if k != "format"]
+    return tuple(sorted(names))
 
 
 def _input_of(arguments: Any) -> Any:
@@ -281,4 +310,3 @@ def message_of(reply: Mapping[str, Any], model: str, message_id: str) -> dict[st
         "stop_sequence": None,
         "usage": usage_of(reply.get("usage")),
     }
-

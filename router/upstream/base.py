@@ -144,6 +144,7 @@ class Native:
     # unchanged: that tier may send only the request's own items after its own id
     chain_items: int = 0
     previous: tuple[str, str] | None = None
+    left_out: tuple[str, ...] = ()  # what a tier of another API does not get of it (Messages: translate.py)
 
 
 class NativeUpstream(Upstream, Protocol):

@@ -3,7 +3,9 @@ fake upstream: chat tiers (translated) and an `anthropic/*` tier (passed through
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -203,83 +205,96 @@ async def test_sdk_raises_typed_errors(fake, proxy_, sdk) -> None:
     assert ok.content[0].type == "text"
 
 
-# ------------------------------------------------------------------ what Claude Code 2.1 sends
-CLAUDE_CODE_BETA = "claude-code-20250219,interleaved-thinking-2025-05-14,mid-conversation-system-2026-04-07"
-READ = {
-    "name": "Read",
-    "description": "Read a file",
-    "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]},
-}
-DEFERRED = {
-    "name": "WebFetch",
-    "description": "Fetch a URL",
-    "defer_loading": True,
-    "input_schema": {"type": "object", "properties": {"url": {"type": "string"}}},
-}
-CLAUDE_CODE_BODY: dict[str, Any] = {
-    "model": "claude-opus-5-5",
-    "max_tokens": 128000,
-    "system": [{"type": "text", "text": "You are a Claude agent."}],
-    "messages": [
-        {"role": "user", "content": [{"type": "text", "text": "list the files here"}]},
-        {"role": "system", "content": "# Environment\nPrimary working directory: /tmp/x"},  # mid-conversation
-        {
-            "role": "assistant",
-            "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"file_path": "a.txt"}}],
-        },
-        {
-            "role": "user",
-            "content": [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": "toolu_1",
-                    "is_error": True,
-                    "content": "File does not exist.",
-                    "cache_control": {"type": "ephemeral"},
-                }
-            ],
-        },
-    ],
-    "tools": [READ, DEFERRED],
-    "thinking": {"type": "adaptive", "display": "omitted"},
-    "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
-    "output_config": {"effort": "medium"},
-    "metadata": {"user_id": '{"device_id":"d","session_id":"s"}'},
-}
+# ------------------------------------------------------------------ what Claude Code sends
+# captured from the real CLI (tests/data/claude_code.json says how): its betas, and its main loop's body
+CAPTURED = orjson.loads((Path(__file__).parents[1] / "data" / "claude_code.json").read_bytes())
+CLAUDE_CODE_HEADERS: dict[str, str] = CAPTURED["headers"]
+CLAUDE_CODE_BODY: dict[str, Any] = {**CAPTURED["body"], "stream": False}
+DEFERRED = next(t["name"] for t in CLAUDE_CODE_BODY["tools"] if t.get("defer_loading"))
+# what a chat-completions request may hold (OpenAI's own refuses any other field: "Unrecognized request argument")
+CHAT_FIELDS = {"model", "messages", "max_tokens", "temperature", "top_p", "stop", "tools", "tool_choice",
+               "parallel_tool_calls", "user", "stream", "stream_options", "response_format"}  # fmt: skip
 
 
-async def test_claude_code_request_reaches_a_chat_tier(fake, proxy_) -> None:
-    """The request Claude Code 2.1 sends on its default model, which was refused with "Each message
-    needs 'role' user or assistant": the system message keeps its place, the deferred tool waits for
-    a tool search, fields with no chat equivalent stay out."""
+def without_thinking(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` without thinking blocks (what a tier of no known model gets of them: provenance.py)."""
+    out = []
+    for m in messages:
+        if isinstance(m["content"], list):
+            m = {**m, "content": [b for b in m["content"] if b.get("type") != "thinking"]}
+        out.append(m)
+    return out
+
+
+async def test_claude_code_request_reaches_a_chat_tier(fake, proxy_, caplog: pytest.LogCaptureFixture) -> None:
+    """The system message keeps its place, the deferred tool waits for a tool search, fields with no
+    chat equivalent stay out — said once per tier in the log, with the betas they came with."""
     proxy = await proxy_(policy_text(fake.url, extra='aliases: {"claude-*": auto}\n'))
-    raw = await post(proxy.base + "/v1/messages", CLAUDE_CODE_BODY, headers={"anthropic-beta": CLAUDE_CODE_BETA})
-    assert raw.status == 200, raw.body
-    [seen] = await fake_requests(fake.url)
+    caplog.set_level(logging.INFO, logger="router.flow")
+    for _ in range(2):
+        raw = await post(proxy.base + "/v1/messages", CLAUDE_CODE_BODY, headers=CLAUDE_CODE_HEADERS)
+        assert raw.status == 200, raw.body
+    seen = (await fake_requests(fake.url))[0]
     body = seen["body"]
+    assert set(body) <= CHAT_FIELDS and not {k for k in seen["headers"] if k.startswith("anthropic")}
     assert [m["role"] for m in body["messages"]] == ["system", "user", "system", "assistant", "tool"]
-    assert body["messages"][2]["content"].startswith("# Environment")
-    assert [t["function"]["name"] for t in body["tools"]] == ["Read"]
-    assert not {"thinking", "context_management", "output_config", "metadata"} & set(body)
-    found = [{"type": "tool_reference", "tool_name": "WebFetch"}]
-    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": found}]}
+    offered = [t["name"] for t in CLAUDE_CODE_BODY["tools"] if not t.get("defer_loading")]
+    assert [t["function"]["name"] for t in body["tools"]] == offered
+    said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert said == [
+        f"tier 'full' takes no messages request as it is: left out context_management, output_config.effort, "
+        f"thinking (anthropic-beta: {CLAUDE_CODE_HEADERS['anthropic-beta']})"
+    ]  # once, for both calls
+    found = [{"type": "tool_reference", "tool_name": DEFERRED}]
+    call_id = CLAUDE_CODE_BODY["messages"][-1]["content"][0]["tool_use_id"]
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": found}]}
     loaded = {**CLAUDE_CODE_BODY, "messages": [*CLAUDE_CODE_BODY["messages"][:3], result]}
     assert (await post(proxy.base + "/v1/messages", loaded)).status == 200
     body = (await fake_requests(fake.url))[-1]["body"]
-    assert [t["function"]["name"] for t in body["tools"]] == ["Read", "WebFetch"]  # found by the tool search
-    assert body["messages"][-1]["content"] == "Tool WebFetch is now available."
+    every = [t["name"] for t in CLAUDE_CODE_BODY["tools"]]
+    assert [t["function"]["name"] for t in body["tools"]] == every  # the deferred one found by the tool search
+    assert body["messages"][-1]["content"] == f"Tool {DEFERRED} is now available."
+
+
+@pytest.mark.parametrize("tier", ["chat", "anthropic"])
+async def test_claude_codes_subagent_request_is_answered_on_every_tier(start_fake_, proxy_, tier: str) -> None:
+    """Thinking off beside the session's effort and display (refused as such by Anthropic's newest
+    models: router/upstream/effort.py); and a structured output, which a chat tier gets as its own."""
+    fast = await start_fake_(FakeConfig(seed=7))
+    claude = await start_fake_(FakeConfig(seed=8, api_key=ANTHROPIC_KEY, effort_without_thinking="high"))
+    chat = policy_text(fast.url, extra='aliases: {"claude-*": auto}\n')
+    proxy = await proxy_(native_policy(fast.url, claude.url.removesuffix("/v1")) if tier == "anthropic" else chat)
+    schema = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
+    subagent = {**CLAUDE_CODE_BODY, **CAPTURED["subagent"], "tools": []}
+    subagent["output_config"] = {**subagent["output_config"], "format": {"type": "json_schema", "schema": schema}}
+    raw = await post(proxy.base + "/v1/messages", subagent, headers=CLAUDE_CODE_HEADERS)
+    assert raw.status == 200, raw.body
+    if tier == "chat":
+        [seen] = await fake_requests(fast.url)
+        assert seen["body"]["response_format"] == {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": schema},
+        }
+    else:
+        *_, seen = await fake_requests(claude.url, path="/v1/messages")
+        assert seen["body"]["thinking"] == {"type": "disabled"} and seen["body"]["output_config"] == {
+            "format": {"type": "json_schema", "schema": schema}
+        }  # xhigh refused beside thinking off: sent again without it, the format kept
+        assert seen["headers"]["anthropic-beta"] == CLAUDE_CODE_HEADERS["anthropic-beta"]
 
 
 async def test_claude_code_request_reaches_a_native_tier_unchanged(start_fake_, proxy_) -> None:
     fast = await start_fake_(FakeConfig(seed=7))
     claude = await start_fake_(FakeConfig(seed=8, api_key=ANTHROPIC_KEY))
-    proxy = await proxy_(native_policy(fast.url, claude.url.removesuffix("/v1"), claude_is="fast"))
-    raw = await post(proxy.base + "/v1/messages", CLAUDE_CODE_BODY, headers={"anthropic-beta": CLAUDE_CODE_BETA})
+    proxy = await proxy_(native_policy(fast.url, claude.url.removesuffix("/v1")))
+    raw = await post(proxy.base + "/v1/messages", CLAUDE_CODE_BODY, headers=CLAUDE_CODE_HEADERS)
     assert raw.status == 200, raw.body
     [seen] = await fake_requests(claude.url, path="/v1/messages")
-    assert seen["body"]["messages"] == CLAUDE_CODE_BODY["messages"]  # the system turn too, as it came
+    # the system turn and its per-turn `output_config` too, as they came; the thinking block of no known model left out
+    assert seen["body"]["messages"] == without_thinking(CLAUDE_CODE_BODY["messages"])
     assert seen["body"]["tools"] == CLAUDE_CODE_BODY["tools"] and seen["body"]["thinking"]["type"] == "adaptive"
-    assert seen["headers"]["anthropic-beta"] == CLAUDE_CODE_BETA
+    for header in ("anthropic-beta", "anthropic-version"):
+        assert seen["headers"][header] == CLAUDE_CODE_HEADERS[header]  # unchanged
 
 
 @pytest.mark.parametrize(
