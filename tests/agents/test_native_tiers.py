@@ -114,6 +114,12 @@ async def test_claude_code_across_two_models(tiers: Tiers, tmp_path: Path) -> No
     assert result["is_error"] is False and result["num_turns"] >= 2, result
     _, full = await each_got_its_own(tiers, "/v1/messages")
     assert any(b.get("thinking") for b in full)  # Claude Code thinks: its thinking was on upstream
+    # its betas reach a native tier unchanged, and are the ones captured into the test data (a newer
+    # Claude Code sending others fails here: capture it again, tests/data/claude_code.json)
+    captured = orjson.loads((Path(__file__).parents[1] / "data" / "claude_code.json").read_bytes())
+    sent = {r["headers"].get("anthropic-beta") for t in (tiers.fast, tiers.full)
+            for r in await fake_requests(t.url, path="/v1/messages")}  # fmt: skip
+    assert sent == {captured["headers"]["anthropic-beta"]}
 
 
 @pytest.mark.parametrize("tiers", [("anthropic", "claude-opus-9", "claude-opus-9")], indirect=True)
