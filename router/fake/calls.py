@@ -6,7 +6,8 @@ other endpoints and how to run it: router/fake/server.py; the WebSocket mode: we
 Fast modes (router/fake/speed.py): on /v1/messages ``speed: "fast"`` is taken with the fast-mode beta
   header for models matching ``fast_models``, else Anthropic's 400; beyond ``fast_rate_limit`` a minute,
   its 429; ``usage.speed`` says the speed served. Chat and Responses answers carry the ``service_tier``
-  asked for. A refusal draws nothing.
+  asked for; one other than auto/default is taken for ``fast_models`` only (else OpenAI's 400) and
+  within ``fast_rate_limit`` (else a 429). A refusal draws nothing.
 
 Reasoning state (router/fake/reasoning.py), bound to the request's ``model`` as the providers bind it:
   /v1/messages with ``thinking`` on answers with a signed thinking block first, and refuses with
@@ -217,7 +218,8 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     size = prompt_size(body) if st.config.n_ctx else 0
     if size and (refusal := too_long(size, st.config.n_ctx, anthropic)) is not None:
         return web.Response(status=400, body=refusal, headers=JSON_HEADERS)
-    speed = messages_speed(body, request.headers, st.config, st.fast) if anthropic else served_tier(body)
+    speed = (messages_speed(body, request.headers, st.config, st.fast) if anthropic
+             else served_tier(body, st.config, st.fast))  # fmt: skip
     if isinstance(speed, Refusal):
         return web.Response(status=speed.status, body=speed.body, headers=speed.headers)
     rng = greedy(st, body) or st.rng

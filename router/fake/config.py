@@ -34,8 +34,9 @@ class FakeConfig:
     greedy: bool = False  # the same request, the same answer (as a greedy model), unless it asks for temperature > 0
     # the secret that binds thinking signatures and encrypted reasoning to a model (router/fake/reasoning.py)
     signing_key: str = "agent-router-fake"
-    # Anthropic's fast mode (router/fake/speed.py): models (globs) that take `speed: "fast"` (with the
-    # fast-mode beta header), and fast requests taken per minute before a 429 (0: no limit)
+    # fast modes (router/fake/speed.py): models (globs) that take Anthropic's `speed: "fast"` (with the
+    # fast-mode beta header) and OpenAI's service tiers beyond the default, and such requests taken per
+    # minute before a 429 (0: no limit)
     fast_models: tuple[str, ...] = ("*",)
     fast_rate_limit: int = 0
     # the highest `output_config.effort` a Messages request takes beside thinking off (router/fake/reasoning.py):

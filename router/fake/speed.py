@@ -10,7 +10,9 @@ to a request that has the beta or a `speed` says which speed served it in `usage
 
 OpenAI (chat completions, Responses): a request's `service_tier` is answered with the tier that
 served it — the one asked for; "default" for "auto" — in the answer's `service_tier` (every chunk of
-a chat stream, the response object of Responses).
+a chat stream, the response object of Responses). A tier other than "auto" and "default" is taken
+only for a model matching `fast_models`, else OpenAI's 400 ("Unsupported service_tier: flex"), and
+counts against `fast_rate_limit` (beyond it: a 429 naming the service tier).
 
 A refusal draws nothing from the fake's generator, as its other 400s.
 """
@@ -91,13 +93,23 @@ def messages_speed(
     return "fast"
 
 
-def served_tier(body: dict[str, Any]) -> str | None:
-    """The `service_tier` an OpenAI answer says served it: the one asked for ("auto": "default")."""
+def served_tier(body: dict[str, Any], config: FakeConfig, limit: FastLimit) -> str | Refusal | None:
+    """The `service_tier` an OpenAI answer says served it — the one asked for ("auto": "default") —
+    or the refusal it gets."""
     tier = body.get("service_tier")
     if not isinstance(tier, str) or not tier:
         return None
-    return "default" if tier == "auto" else tier[:40]
+    if tier in ("auto", "default"):
+        return "default"
+    if not any(fnmatch.fnmatchcase(str(body.get("model", "")), glob) for glob in config.fast_models):
+        return _refused(400, f"Unsupported service_tier: {tier[:40]}", anthropic=False)
+    wait = limit.take(time.monotonic())
+    if wait is not None:
+        refusal = _refused(429, f"Rate limit reached for service_tier {tier[:40]}.", anthropic=False)
+        refusal.headers["retry-after"] = str(max(1, math.ceil(wait)))
+        return refusal
+    return tier[:40]
 
 
-def _refused(status: int, message: str) -> Refusal:
-    return Refusal(status, error_body(status, message, True), {"Content-Type": "application/json"})
+def _refused(status: int, message: str, anthropic: bool = True) -> Refusal:
+    return Refusal(status, error_body(status, message, anthropic), {"Content-Type": "application/json"})

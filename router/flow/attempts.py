@@ -99,7 +99,8 @@ class Attempts(Account):
     def worth(self, tried: tuple[Tried, ...]) -> Worth:
         """The call's cost and its baseline, at the policy's prices (router/core/live/ledger.py)."""
         ledger = self.parts.ledger
-        return ledger.worth(ledger.prices(self.policy), self.session, tried, self.tier)
+        standard = frozenset(t for t, speed in self.speeds.items() if speed.fallback)  # fast refused: standard
+        return ledger.worth(ledger.prices(self.policy), self.session, tried, self.tier, standard)
 
     def refused(self) -> ChecksFailedRepeatedly:
         """The error of a repeat that is not run (`repeat` is `REFUSED`)."""

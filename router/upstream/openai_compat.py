@@ -6,7 +6,8 @@ on one replica of an `api_base` list, and on llama.cpp's llama-server in one slo
 The server's own count of each prompt — tokens evaluated and reused — comes with the answer (`Usage`).
 What a request becomes on the tier — its defaults, params and model, its output cap, its
 `service_tier` (Anthropic's `speed` never: no OpenAI API takes it) — is `TierBody`'s (openai_body.py);
-the answer's `service_tier` comes with the answer (`Speed`, router/upstream/speed.py).
+the answer's `service_tier` comes with the answer (`Speed`, router/upstream/speed.py). A request
+refused for the service tier it asks for is sent once more without it (`ServiceTiers`, service_tiers.py).
 
 A tier with `apis: [responses]` also takes Responses calls as they are (`complete_native` /
 `stream_native`, POST {api_base}/responses); router/upstream/responses_view.py has what that needs.
@@ -44,12 +45,12 @@ from router.upstream.answer import Answer
 from router.upstream.base import Chunk, Limits, Native, Reply, chat_usage
 from router.upstream.chat_view import drop_legacy_call, malformed, usage_of, without_repeated_heads
 from router.upstream.context import props_window, served_window
-from router.upstream.http import PooledHTTP
 from router.upstream.loops import Loop
 from router.upstream.openai_body import TierBody
 from router.upstream.responses_tools import ToolMap
 from router.upstream.responses_view import ResponsesEvents, completion_of, responses_usage
 from router.upstream.responses_ws import SocketTurns
+from router.upstream.service_tiers import ServiceTiers
 from router.upstream.speed import served
 
 log = logging.getLogger("router.upstream")
@@ -60,7 +61,7 @@ _ENDED = ("response.completed", "response.incomplete")
 _HEAD = ("id", "object", "created", "model")  # a chunk's fields a chunk made here repeats
 
 
-class OpenAICompatUpstream(PooledHTTP):
+class OpenAICompatUpstream(ServiceTiers):
     def __init__(self, tier: str, config: Tier, limits: Limits | None = None) -> None:
         super().__init__(tier, config, limits)
         bases = [b.rstrip("/") for b in config.api_bases] or [""]

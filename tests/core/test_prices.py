@@ -102,3 +102,25 @@ def test_the_installed_litellm_table_is_read_from_its_file() -> None:
     entries, version = table
     assert len(entries) > 1000 and version.count(".") == 2
     assert entries["claude-opus-4-5"]["input_cost_per_token"] > 0
+
+
+def test_openais_fast_service_tier_is_its_priority_price_and_a_refused_fast_mode_is_priced_at_standard() -> None:
+    prices = policy("""
+        a: {model: openai/gpt-5, api_base: "https://api.openai.com/v1"}
+        gpt-fast: {model: openai/gpt-5, api_base: "https://api.openai.com/v1", service_tier: fast}
+        gpt-ultra: {model: openai/gpt-5, api_base: "https://api.openai.com/v1", service_tier: ultrafast,
+                    price: {multiplier: 6}}
+        opus-fast: {model: anthropic/claude-opus-4-6, api_key: k, speed: fast, price: {input: 30, output: 150}}
+        opus-x6: {model: anthropic/claude-opus-4-6, api_key: k, speed: fast,
+                  price: {input: 5, output: 25, multiplier: 6}}
+    """)
+    assert per_token(prices.of("gpt-fast")) == approx(Rates(2.5e-6, 2.5e-6, 2.5e-6, 2e-5))  # "fast" is "priority"
+    assert prices.sources["gpt-fast"] == "table: gpt-5 (litellm 9.9.9, service_tier priority)"
+    assert per_token(prices.of("gpt-ultra")) == approx(Rates(7.5e-6, 7.5e-6, 7.5e-6, 6e-5))  # the table's x6
+    usage = Usage(1000, 0, 100)
+    for tier in ("gpt-fast", "gpt-ultra"):  # answered at the default tier: the table's standard price
+        assert prices.cost(tier, usage, standard=True) == pytest.approx(1000 * 1.25e-6 + 100 * 1e-5)
+    assert prices.cost("opus-fast", usage, standard=True) is None  # declared fast prices: standard unknown
+    assert prices.cost("opus-x6", usage, standard=True) == pytest.approx(1000 * 5e-6 + 100 * 25e-6)  # without x6
+    assert prices.cost("opus-x6", usage) == pytest.approx(6 * (1000 * 5e-6 + 100 * 25e-6))
+    assert prices.cost("a", usage, standard=True) == prices.cost("a", usage)  # no fast mode: as ever

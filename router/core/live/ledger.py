@@ -119,16 +119,24 @@ class Ledger:
         return self._prices[1]
 
     # -- one call --------------------------------------------------------------------------------
-    def worth(self, prices: Prices, session: str, attempts: Sequence[Attempted], tier: str) -> Worth:
-        """The cost of a call whose `attempts` ended with `tier`'s answer, and its baseline."""
+    def worth(
+        self,
+        prices: Prices,
+        session: str,
+        attempts: Sequence[Attempted],
+        tier: str,
+        standard: frozenset[str] = frozenset(),
+    ) -> Worth:
+        """The cost of a call whose `attempts` ended with `tier`'s answer, and its baseline; the
+        tiers in `standard` answered at standard speed, their fast mode refused (priced so)."""
         why: list[str] = []
         cost: float | None = 0.0
         for attempt in attempts:
             if attempt.usage is None and attempt.how in ("failed", "cancelled", "running"):
                 continue  # no answer, no charge known
-            spent = prices.cost(attempt.tier, attempt.usage)
+            spent = prices.cost(attempt.tier, attempt.usage, attempt.tier in standard)
             if spent is None:
-                why.append(_unknown(prices, attempt.tier, attempt.usage))
+                why.append(_unknown(prices, attempt.tier, attempt.usage, attempt.tier in standard))
                 cost = None
             elif cost is not None:
                 cost += spent
@@ -193,7 +201,9 @@ class Ledger:
             self._speeds.pop(attempt.tier, None)
 
 
-def _unknown(prices: Prices, tier: str, usage: Usage | None) -> str:
+def _unknown(prices: Prices, tier: str, usage: Usage | None, standard: bool = False) -> str:
+    if standard and prices.standard.get(tier) is None and prices.of(tier) is not None:
+        return f"tier {tier!r} answered at standard speed (its fast mode refused): its declared price is its fast one"
     if prices.of(tier) is None:
         return f"tier {tier!r} has no price ({prices.sources.get(tier, 'unknown tier')})"
     return f"tier {tier!r} reported no token counts" if usage is None else f"tier {tier!r}: unknown cost"

@@ -11,6 +11,10 @@
       none              a hosted tier the table does not price: no cost is shown for it
                         (`agent-router check` warns)
 
+A tier of a fast mode (`speed: fast`, a `service_tier`) answered at standard speed — its fast mode
+refused, router/upstream/speed.py — is priced at its standard rates (`standard_rates`): its price
+without its multiplier, or the table's standard one; unknown where its declared prices are the fast ones.
+
 `Rates.cost(usage)` prices one answer's `Usage`: the prompt read afresh at `input`, the part written
 to a cache at `cache_write`, the part read from one at `cached_input`, the output at `output`.
 """
@@ -35,6 +39,7 @@ from router.upstream.base import Usage
 log = logging.getLogger("router.prices")
 _TABLE_FILE = "model_prices_and_context_window_backup.json"  # in the litellm package
 MILLION = 1_000_000
+_TABLE_TIERS = {"fast": "priority"}  # OpenAI's newer names of service tiers → the table's
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,18 +151,31 @@ def resolve(tier: Tier, table: tuple[Mapping[str, Any], str] | None) -> tuple[Ra
         return _scaled(rates, multiplier, MILLION), f"declared{times}"  # per million → per token
     if table is not None and (found := _table_entry(tier, table[0])) is not None:
         key, entry = found
+        service_tier = _TABLE_TIERS.get(tier.service_tier or "", tier.service_tier)  # "fast" is "priority"
+        tiered = bool(service_tier) and f"input_cost_per_token_{service_tier}" in entry
         unpriced = "speed: fast" if tier.speed else f"service_tier {tier.service_tier}" if tier.service_tier else ""
-        if tier.service_tier and f"input_cost_per_token_{tier.service_tier}" in entry:
-            unpriced = ""
-        if unpriced and price is None:  # the table prices the standard speed only: not this one
+        if unpriced and not tiered and price is None:  # the table prices the standard speed only: not this one
             return None, f"none: the table has no {unpriced} price for {key}; declare `price:` (or a multiplier)"
-        rates = _table_rates(entry, tier.service_tier)
-        tiered = tier.service_tier and f"input_cost_per_token_{tier.service_tier}" in entry
-        via = f", service_tier {tier.service_tier}" if tiered else ""
+        rates = _table_rates(entry, service_tier if tiered else None)
+        via = f", service_tier {service_tier}" if tiered else ""
         return _scaled(rates, multiplier), f"table: {key} (litellm {table[1]}{via}){times}"
     if is_local(tier):
         return FREE, "local: 0"
     return None, "none: hosted, not in the price table; declare `price:`"
+
+
+def standard_rates(tier: Tier, table: tuple[Mapping[str, Any], str] | None, rates: Rates | None) -> Rates | None:
+    """A tier's rates at standard speed — what an answer costs when its fast mode (`speed`,
+    `service_tier`) was refused: its price without the multiplier (the speed's premium), or the
+    table's standard price; None for a tier whose declared prices are its fast ones (its standard
+    price is not known)."""
+    if tier.speed is None and tier.service_tier is None:
+        return rates
+    price = tier.price
+    if price is not None and price.declared and price.multiplier == 1.0:
+        return None
+    plain = price.model_copy(update={"multiplier": 1.0}) if price is not None and price.declared else None
+    return resolve(tier.model_copy(update={"speed": None, "service_tier": None, "price": plain}), table)[0]
 
 
 class Prices:
@@ -167,15 +185,18 @@ class Prices:
         table = table if table is not None else litellm_table()
         resolved = {name: resolve(tier, table) for name, tier in policy.models.items()}
         self.rates: dict[str, Rates | None] = {name: rates for name, (rates, _) in resolved.items()}
+        # what a tier's answer costs at standard speed, when its fast mode was refused (`standard_rates`)
+        self.standard = {name: standard_rates(tier, table, self.rates[name]) for name, tier in policy.models.items()}
         self.sources: dict[str, str] = {name: source for name, (_, source) in resolved.items()}
         self.baseline = policy.baseline_tier
 
     def of(self, tier: str) -> Rates | None:
         return self.rates.get(tier)
 
-    def cost(self, tier: str, usage: Usage | None) -> float | None:
-        """What `tier` charged for an answer of `usage` (None: no price, or no token counts)."""
-        rates = self.rates.get(tier)
+    def cost(self, tier: str, usage: Usage | None, standard: bool = False) -> float | None:
+        """What `tier` charged for an answer of `usage` (None: no price, or no token counts);
+        `standard`: answered at standard speed, its fast mode refused."""
+        rates = (self.standard if standard else self.rates).get(tier)
         if rates is None:
             return None
         if rates.free:
