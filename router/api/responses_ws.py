@@ -49,7 +49,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import AsyncGenerator, Coroutine
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
@@ -133,6 +133,7 @@ class Connection:
             for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
+        self._tasks.clear()  # no cycle: a task's failure holds frames that hold this connection
         failed = [t.exception() for t in tasks if t.done() and not t.cancelled()]
         bugs = [e for e in failed if e is not None and not isinstance(e, WebSocketDisconnect | OSError)]
         if bugs:  # not the client leaving
@@ -305,16 +306,20 @@ class Connection:
                 failure = RouterError("The router failed unexpectedly; the error was logged.")
                 return await self.failed(failure, stream)
             ttft = asyncio.get_running_loop().time() - attempts.started
-            # counted as on HTTP (no header to name it in)
-            turns.left_out(runtime, turn, attempts.outcome(priced=False))
             status = 200
             try:
+                # counted as on HTTP (no header to name it in)
+                turns.left_out(runtime, turn, attempts.outcome(priced=False))
                 async with aclosing(turns.events(turn, attempts, runtime.open.stream(chunks), save)) as events:
                     async for ev in events:
                         if ev["type"] == "error":
                             status = ev["status"]
                         await self.send(ev, stream)
             finally:
+                # the upstream call ends here, whatever ended the turn: not when the collector frees
+                # `chunks` (a write to a client that has gone raises, and its traceback holds this frame)
+                if isinstance(chunks, AsyncGenerator):
+                    await chunks.aclose()
                 outcome = attempts.outcome()
                 observe(runtime, outcome, ttft)
             return status, outcome

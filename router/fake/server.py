@@ -25,9 +25,11 @@ Endpoints
                              body (parsed JSON), bytes (the body's size); WebSocket messages too
                              (method ``WS``). ``DELETE /_fake/requests`` clears them.
   GET  /_fake/stats          ``{"requests": N, "streams": N, "open_connections": N, "refused": {...},
-                             "left_early": N}`` (/v1/* requests, streamed answers, currently open TCP
-                             connections including the caller's, requests refused over reasoning state by
-                             kind, looping streams whose peer left before their end).
+                             "left_early": N, "streaming": N}`` (/v1/* requests, streamed answers, currently
+                             open TCP connections including the caller's, requests refused over reasoning
+                             state by kind, looping streams whose peer left before their end, answers being
+                             streamed now, over HTTP or a WebSocket: a stream whose peer has gone ends at
+                             its next event).
 
 How a model call is answered — its tool calls and their breakages, determinism, the ``x-fake-fault``
 header, the rate and timing knobs, fast modes, reasoning state: router/fake/calls.py.
@@ -145,7 +147,7 @@ async def _stats(request: web.Request) -> web.Response:
     server = st.server or getattr(request.protocol, "_manager", None)
     connections = len(server.connections) if server is not None else 1
     body = {"requests": st.requests, "streams": st.streams, "open_connections": connections, "refused": st.refused,
-            "left_early": st.left_early}  # fmt: skip
+            "left_early": st.left_early, "streaming": st.streaming}  # fmt: skip
     return web.Response(body=orjson.dumps(body), headers=calls.JSON_HEADERS)
 
 

@@ -1,5 +1,6 @@
 """`FakeState`: what one fake upstream app holds — its config, the seeded generator every answer
-draws from, the last 100 requests (GET /_fake/requests) and the counts GET /_fake/stats reports — and
+draws from, the last 100 requests (GET /_fake/requests) and the counts GET /_fake/stats reports (`streaming`:
+the answers being streamed right now, so a test sees when the router has hung up on one) — and
 how a request enters it: recorded, then checked against the config's key. `STATE` is its key in the
 aiohttp app (router/fake/server.py builds the app; calls.py and websocket.py answer from it).
 """
@@ -25,6 +26,7 @@ class FakeState:
         self.requests = 0
         self.streams = 0
         self.left_early = 0  # streams whose peer left before their end (the ``loop`` fault's)
+        self.streaming = 0  # answers being streamed now (SSE and WebSocket): begun, not yet ended or cut off
         self.refused: Counter[str] = Counter()  # requests refused over reasoning state, by kind
         self.fast = FastLimit(config.fast_rate_limit)  # Anthropic's fast-mode rate limit (router/fake/speed.py)
         self.server: web.Server | None = None

@@ -151,12 +151,16 @@ class _Connection:
 
     async def _send(self, events: list[bytes]) -> None:
         gap = self.cfg.chunk_delay_ms / 1000
-        if self.cfg.first_token_delay_ms > 0:
-            await asyncio.sleep(self.cfg.first_token_delay_ms / 1000)
-        for i, event in enumerate(events):
-            if i and gap > 0:
-                await asyncio.sleep(gap)
-            await self.ws.send_str(event.decode())
+        self.st.streaming += 1
+        try:
+            if self.cfg.first_token_delay_ms > 0:
+                await asyncio.sleep(self.cfg.first_token_delay_ms / 1000)
+            for i, event in enumerate(events):
+                if i and gap > 0:
+                    await asyncio.sleep(gap)
+                await self.ws.send_str(event.decode())  # raises once the peer has gone
+        finally:
+            self.st.streaming -= 1
 
     async def _answer(self, message: Any) -> list[bytes] | None:
         """The events of one `response.create` (None: the connection is to be cut)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import TypeVar
 
 from router.constants import CUT_AT
@@ -51,7 +51,9 @@ class OpenCalls:
 
     async def stream(self, items: AsyncIterator[T]) -> AsyncIterator[T]:
         """`items`, as an open stream: when it is ended on purpose, its reason is raised from here (a
-        RouterError, which the transports frame as an error in their API's shape)."""
+        RouterError, which the transports frame as an error in their API's shape). Closing it closes
+        `items` at once (the upstream call with it), not when the garbage collector frees it: a frame
+        in a failure's traceback (a write to a client that has gone) may hold `items` for minutes."""
         with self.running():
             try:
                 async for item in items:
@@ -60,6 +62,9 @@ class OpenCalls:
                 if (reason := self.ended()) is None:
                     raise
                 raise reason from None
+            finally:
+                if isinstance(items, AsyncGenerator):
+                    await items.aclose()
 
     def end(self, task: asyncio.Task[object], reason: RouterError, limit: str) -> None:
         """Cancel `task` for `reason`; `limit` is counted in router_limits_tripped."""

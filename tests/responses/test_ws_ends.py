@@ -1,0 +1,65 @@
+"""How a WebSocket-mode connection ends, against real servers: a client gone mid-turn, and a drain.
+
+client gone   20 sockets at once, each reset (TCP RST) mid-stream: every upstream stream is
+              hung up on within 2 s (the fake counts the answers it is streaming), round after round
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from typing import Any
+
+import orjson
+import websockets
+
+from router.fake import FakeConfig
+from tests.conftest import policy_text
+from tests.responses.conftest import fake_stats
+from tests.security.test_slow_clients import until
+
+SLOW = FakeConfig(seed=1, words=4000, chunk_delay_ms=5)  # a stream that lasts ~20 s, an event every 5 ms
+TURN = orjson.dumps({"type": "response.create", "model": "auto", "input": "hi"}).decode()
+ROUTES = "routes:\n  - {name: all, use: fast}\n"
+
+
+def ws_url(base: str) -> str:
+    return base.replace("http://", "ws://") + "/v1/responses"
+
+
+async def streaming(ws: Any) -> None:
+    """Send a turn and read until its text streams."""
+    await ws.send(TURN)
+    while orjson.loads(await ws.recv())["type"] != "response.output_text.delta":
+        pass
+
+
+def reset(ws: Any) -> None:
+    """Drop the connection with a TCP reset: no close frame, no FIN."""
+    sock = ws.transport.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    ws.transport.abort()
+
+
+async def until_streaming(fake_url: str, count: int, within: float) -> None:
+    """Wait until the fake streams `count` answers; fail, saying how many it streams, after `within` s."""
+    deadline = asyncio.get_running_loop().time() + within
+    while (now := (await fake_stats(fake_url))["streaming"]) != count:
+        assert asyncio.get_running_loop().time() < deadline, f"{now} upstream streams still running after {within} s"
+        await asyncio.sleep(0.02)
+
+
+async def test_sockets_reset_mid_turn_end_every_upstream_stream(start_fake_, proxy_) -> None:
+    fake = await start_fake_(SLOW)
+    proxy = await proxy_(policy_text(fake.url, routes=ROUTES))
+    for _ in range(3):
+        async with asyncio.timeout(20):
+            sockets = await asyncio.gather(*(websockets.connect(ws_url(proxy.base)) for _ in range(20)))
+            await asyncio.gather(*(streaming(ws) for ws in sockets))
+        assert (await fake_stats(fake.url))["streaming"] == 20
+        for ws in sockets:
+            reset(ws)
+        await until_streaming(fake.url, 0, within=2.0)  # every upstream call hung up on
+    async with asyncio.timeout(5):  # every place in flight given back
+        await until(lambda: proxy.runtime.inflight == 0)
