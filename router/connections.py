@@ -16,7 +16,9 @@
     keep_alive_timeout  an idle keep-alive connection is closed (uvicorn's own timer)
     shutdown            uvicorn asks every connection to close: the router then ends the calls and
                         streams still open at 80% of `shutdown_grace` in their API's shape
-                        (router/core/live/open_calls.py); a WebSocket is closed (1012) only after that
+                        (router/core/live/open_calls.py); a WebSocket-mode connection closes
+                        itself (1012) once none of its responses runs — an idle one at once — and
+                        is closed here (1012) just after that cut at the latest
 
 A connection that is lost ends the calls in progress on it (`ConnectionCalls` in the request's
 scope, router/core/live/open_calls.py): a client that goes away cancels its call and upstream call at
@@ -328,8 +330,9 @@ else:
 
 
 class GuardedWebSockets(WebSocketsSansIOProtocol):
-    """At shutdown, a WebSocket stays open until the router has ended its running response (an
-    `error` event), then closes with 1012."""
+    """At shutdown, a WebSocket is left to the router, which closes it (1012) once none of its
+    responses runs (router/api/responses_ws.py: an idle one at once); one still open just after the
+    cut of those running (an `error` event each) is closed here with 1012."""
 
     # private API: uvicorn-protocol-limits, see docs/architecture.md
     def shutdown(self) -> None:

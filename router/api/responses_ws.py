@@ -37,6 +37,10 @@ Limits and liveness
                 of history (the oldest are evicted first)
   backpressure  each event is awaited on `send_text` (the server pauses while the client is slow)
   disconnect    the running response is cancelled, which closes its upstream stream
+  shutdown      from SIGTERM on, a `response.create` is answered at once with an `error` event (503
+                `shutting_down`); the socket is closed with 1012 once none of its responses runs or
+                waits — an idle one at once; one still running at 80% of `shutdown_grace` ends with
+                that `error` event (router/core/live/open_calls.py)
   ping/pong     the server's own keepalive (uvicorn: `ws_ping_interval`, `ws_ping_timeout`)
 
 The access log has a line per turn (router/api/access.py's `turn`: 200, or its `error` event's status,
@@ -59,7 +63,15 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from router.api import Admission, access, authorize, error_response, lower_headers, observe
 from router.core.call import check_depth
 from router.core.live.response_state import ResponseCache, Stored
-from router.errors import BadRequest, ContextExceeded, InvalidJSON, RouterError, Unauthorized, UpgradeRequired
+from router.errors import (
+    BadRequest,
+    ContextExceeded,
+    InvalidJSON,
+    RouterError,
+    ShuttingDown,
+    Unauthorized,
+    UpgradeRequired,
+)
 from router.flow import pipeline
 from router.flow.summary import summary
 from router.responses import turn as turns
@@ -124,9 +136,11 @@ class Connection:
         self._over = asyncio.get_running_loop().create_future()
         self._start(self._read())
         self._start(self._watch())
+        forget = self.runtime.open.on_drain(self._quiet)
         try:
             await self._over
         finally:
+            forget()
             tasks = list(self._tasks)
             for task in tasks:
                 task.cancel()
@@ -148,10 +162,17 @@ class Connection:
         self._tasks.add(task)
         task.add_done_callback(self._ended)
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
+    def _ended(self, task: asyncio.Task[None] | None = None) -> None:
         """The reader or the watch ended, or a stream's worker failed: the connection ends."""
         if self._over is not None and not self._over.done():
             self._over.set_result(None)
+
+    def _quiet(self) -> None:
+        """While the server drains, the connection closes (1012, service restart) once no response
+        runs or waits on it — an idle one at once: it does not hold the process's exit."""
+        if self.runtime.open.draining and not self.running and not self.waiting:
+            self.close_with = self.close_with or (1012, "shutting down")
+            self._ended()
 
     async def _read(self) -> None:
         """Receive until the client leaves or breaks a limit; never blocks on a response."""
@@ -228,6 +249,7 @@ class Connection:
                 self.running -= 1
                 self.seen = time.monotonic()
             access.turn(self.ws.scope, status, outcome, started)
+            self._quiet()
 
     async def send(self, event: Event, stream: str = "") -> None:
         if stream:
@@ -256,6 +278,8 @@ class Connection:
             return await self.failed(
                 UnknownEvent(f"Unknown event type {kind!r}; expected 'response.create'.", param="type"), stream
             )
+        if self.runtime.open.draining:  # refused at once; the socket closes (1012) once the others end
+            return await self.failed(ShuttingDown("The router is shutting down; retry on another instance."), stream)
         if "stream_id" in event and not stream:
             why = f"'stream_id' must be a string of 1 to {_MAX_STREAM_ID} characters."
             return await self.failed(BadRequest(why, param="stream_id"))

@@ -63,3 +63,52 @@ async def test_sockets_reset_mid_turn_end_every_upstream_stream(start_fake_, pro
         await until_streaming(fake.url, 0, within=2.0)  # every upstream call hung up on
     async with asyncio.timeout(5):  # every place in flight given back
         await until(lambda: proxy.runtime.inflight == 0)
+
+
+async def closed_with(ws: Any, within: float) -> tuple[list[dict[str, Any]], int | None]:
+    """The events still received, and the close code, once the server closes `ws` (fails after `within` s)."""
+    events = []
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                events.append(orjson.loads(await ws.recv()))
+    except websockets.ConnectionClosed as closed:
+        return events, closed.rcvd.code if closed.rcvd else None
+
+
+async def test_a_drain_closes_idle_sockets_at_once(start_fake_, proxy_) -> None:
+    fake = await start_fake_(FakeConfig(seed=1))
+    proxy = await proxy_(policy_text(fake.url, routes=ROUTES), shutdown_grace=5.0)
+    sockets = [await websockets.connect(ws_url(proxy.base)) for _ in range(3)]
+    await sockets[0].send(TURN)  # one that has answered a turn, two that never sent one
+    while orjson.loads(await sockets[0].recv())["type"] != "response.completed":
+        pass
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    stopping = asyncio.create_task(proxy.stop())
+    for ws in sockets:
+        assert await closed_with(ws, within=1.0) == ([], 1012)  # service restart, nothing else
+    await asyncio.wait_for(stopping, 3.0)
+    assert loop.time() - start < 1.5  # not held until the cut (4 s) and beyond
+
+
+async def test_a_turn_sent_while_draining_is_refused_at_once(start_fake_, proxy_) -> None:
+    fake = await start_fake_(SLOW)
+    proxy = await proxy_(policy_text(fake.url, routes=ROUTES), shutdown_grace=2.0)
+    ws = await websockets.connect(ws_url(proxy.base))
+    await ws.send(orjson.dumps({**orjson.loads(TURN), "stream_id": "a"}).decode())
+    while orjson.loads(await ws.recv())["type"] != "response.output_text.delta":
+        pass
+    stopping = asyncio.create_task(proxy.stop())
+    await asyncio.sleep(0.1)  # draining: the turn on stream "a" runs on
+    requests = (await fake_stats(fake.url))["requests"]
+    await ws.send(orjson.dumps({**orjson.loads(TURN), "stream_id": "b"}).decode())
+    async with asyncio.timeout(0.5):  # refused at once, not when the running turn is cut
+        while (event := orjson.loads(await ws.recv())).get("stream_id") != "b":
+            pass
+    assert event["type"] == "error" and event["status"] == 503 and event["code"] == "shutting_down"
+    assert (await fake_stats(fake.url))["requests"] == requests  # no tier was asked
+    events, code = await closed_with(ws, within=3.0)  # the running turn is cut at 80% of the grace
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "shutting_down"
+    assert events[-1]["stream_id"] == "a" and code == 1012
+    await asyncio.wait_for(stopping, 3.0)

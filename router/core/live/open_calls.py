@@ -6,7 +6,8 @@
                    at once, which cancels its upstream call; nothing is sent
     ShuttingDown   SIGTERM: calls and streams still open at 80% of `shutdown_grace` are ended — a
                    call not yet answered gets a 503 in its API's shape, a stream an `error` event or
-                   frame and its terminator (the transports' own ending for errors)
+                   frame and its terminator (the transports' own ending for errors); whoever keeps
+                   a connection open between calls (WebSocket mode) is told at once (`on_drain`)
 
 The task is cancelled with its reason recorded here; whoever catches the `CancelledError` asks
 `ended()` for the reason (which also un-cancels the task) and ends the call in its API's shape.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import TypeVar
 
 from router.constants import CUT_AT
@@ -37,6 +38,7 @@ class OpenCalls:
         self.tasks: set[asyncio.Task[object]] = set()  # tasks of calls and streams in progress
         self.draining = False
         self._ending: dict[asyncio.Task[object], RouterError] = {}
+        self._on_drain: set[Callable[[], None]] = set()
 
     @contextlib.contextmanager
     def running(self) -> Iterator[asyncio.Task[object]]:
@@ -82,12 +84,24 @@ class OpenCalls:
             task.uncancel()
         return reason
 
+    def on_drain(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """`hook()` when the server starts draining (soon, if it has); returns what forgets it. A
+        WebSocket-mode connection closes then, at once when it is idle (router/api/responses_ws.py)."""
+        if self.draining:
+            asyncio.get_running_loop().call_soon(hook)
+        else:
+            self._on_drain.add(hook)
+        return lambda: self._on_drain.discard(hook)
+
     def drain(self) -> None:
         """The server stops accepting calls: end those still open at `CUT_AT` of the grace."""
         if self.draining:
             return
         self.draining = True
         asyncio.get_running_loop().call_later(self.grace * CUT_AT, self._cut)
+        hooks, self._on_drain = self._on_drain, set()
+        for hook in hooks:
+            hook()
 
     def _cut(self) -> None:
         if self.tasks:
