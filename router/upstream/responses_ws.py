@@ -21,10 +21,12 @@ When a socket is reopened, and when a session falls back to HTTP
               and before that a socket `upstream_ws_max_age` s old: closed, a new one opened, the turn
               sent whole on it (once)
   lost state  `previous_response_not_found` on a continued turn: the turn sent again whole (once)
-  closed      a kept socket the upstream closed while it was idle: reopened (once)
+  closed      a kept socket that closes before the answer's first event (found closed on sending, or
+              closed before the answer came: an upstream that closed it while it was idle cannot be
+              told from one that dropped it on this turn): reopened, the turn sent whole (once)
   failure     a socket that cannot be opened (refused, an HTTP status instead of the upgrade, no
-              upgrade within the tier's `connect` timeout) or that breaks before its first event: this
-              turn goes over HTTP, whole, and so do the session's turns with this tier for
+              upgrade within the tier's `connect` timeout) or a new one that breaks before its first
+              event: this turn goes over HTTP, whole, and so do the session's turns with this tier for
               `upstream_ws_fallback` s; one that breaks after its first event is the tier's failure (an
               `UpstreamError`, escalated as any other) and also sends the session to HTTP a while
   HTTP        side calls (router/sessions/identity.py: they would move the socket's chain away from the

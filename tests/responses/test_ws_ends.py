@@ -1,4 +1,5 @@
-"""How a WebSocket-mode connection ends, against real servers: a client gone mid-turn, and a drain.
+"""How a WebSocket-mode connection ends, against real servers: a client gone mid-turn, a drain, and
+an upstream socket lost before its answer.
 
 client gone   20 sockets at once, each reset (TCP RST) mid-stream: every upstream stream is
               hung up on within 2 s (the fake counts the answers it is streaming), round after round
@@ -16,7 +17,8 @@ import websockets
 
 from router.fake import FakeConfig
 from tests.conftest import policy_text
-from tests.responses.conftest import fake_stats
+from tests.responses.conftest import fake_log, fake_stats, recv_response, socket_messages
+from tests.responses.test_upstream_ws import FILES, KEY, call_of, ws_policy
 from tests.security.test_slow_clients import until
 
 SLOW = FakeConfig(seed=1, words=4000, chunk_delay_ms=5)  # a stream that lasts ~20 s, an event every 5 ms
@@ -112,3 +114,24 @@ async def test_a_turn_sent_while_draining_is_refused_at_once(start_fake_, proxy_
     assert events[-1]["type"] == "error" and events[-1]["code"] == "shutting_down"
     assert events[-1]["stream_id"] == "a" and code == 1012
     await asyncio.wait_for(stopping, 3.0)
+
+
+async def test_a_kept_upstream_socket_lost_before_the_answer_is_reopened_once(start_fake_, proxy_, sdk) -> None:
+    """The router cannot tell a socket the upstream closed while idle from one dropped on this turn:
+    it reopens a kept one once and sends the turn whole on it, not over HTTP (docs/clients.md)."""
+    fast = await start_fake_(FakeConfig(seed=1, api_key=KEY, prefer_tools=("read_file",)))
+    full = await start_fake_(FakeConfig(seed=2, api_key=KEY))
+    proxy = await proxy_(ws_policy(fast, full))
+    async with sdk(proxy.url).responses.connect() as conn:
+        await conn.response.create(model="auto", input="Read the files.", tools=FILES)
+        first = (await recv_response(conn))[-1].response
+        for handler in list(fast.runner.server.connections):  # the upstream drops its socket (RST)
+            handler.transport.abort()
+        output = {"type": "function_call_output", "call_id": call_of(first).call_id, "output": "x"}
+        await conn.response.create(model="auto", input=[output], tools=FILES, previous_response_id=first.id)
+        events = await recv_response(conn)
+        assert events[-1].type == "response.completed" and events[-1].model_extra["router"]["tier"] == "fast"
+    log = await fake_log(fast.url)
+    sent = socket_messages(log)
+    assert [m["connection"] for m in sent] == [1, 2] and [e for e in log if e["method"] == "POST"] == []
+    assert "previous_response_id" not in sent[1]["body"] and len(sent[1]["body"]["input"]) == 3  # whole
