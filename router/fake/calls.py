@@ -16,7 +16,8 @@ Reasoning state (router/fake/reasoning.py), bound to the request's ``model`` as 
   ``include: ["reasoning.encrypted_content"]`` answers with a reasoning item first, and refuses with
   OpenAI's 400 ``invalid_encrypted_content`` an input item's encrypted content sealed for another model.
   Thinking off beside an effort level above ``effort_without_thinking`` (or written with more than its
-  ``type``) gets Anthropic's 400 (DeepSeek's with ``none``).
+  ``type``) gets Anthropic's 400 (DeepSeek's with ``none``). Chat answers carry ``reasoning_content`` as
+  the ``reasoning_content`` mode says, which may also require it back in a tool loop, or refuse it.
 
 Answers
   With ``tools`` (and ``tool_choice`` not "none") the answer is one tool call: the named tool when
@@ -90,7 +91,15 @@ from aiohttp import web
 
 from router.fake.context import prompt_size, too_long
 from router.fake.faults import Plan, plan_of, send_endless, send_looping
-from router.fake.reasoning import effort_refusal, messages_refusal, reasoning_items, responses_refusal, thinking_blocks
+from router.fake.reasoning import (
+    chat_reasoning,
+    chat_refusal,
+    effort_refusal,
+    messages_refusal,
+    reasoning_items,
+    responses_refusal,
+    thinking_blocks,
+)
 from router.fake.responses import (
     MALFORMED_RESPONSES,
     offered_tools,
@@ -213,6 +222,9 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     if anthropic and (effort := effort_refusal(body, st.config.effort_without_thinking)) is not None:
         st.refused[effort[0]] += 1
         return web.Response(status=400, body=effort[1], headers=JSON_HEADERS)
+    if api == "chat" and (unreasoned := chat_refusal(body, st.config.reasoning_content)) is not None:
+        st.refused[unreasoned[0]] += 1
+        return web.Response(status=400, body=unreasoned[1], headers=JSON_HEADERS)
     if tools and finished(body, chosen, st.config.finish_after):
         tools = []
     size = prompt_size(body) if st.config.n_ctx else 0
@@ -279,13 +291,15 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
             return await _send_stream(request, st, plan, events, headers, MALFORMED_ANTHROPIC)
         return await _send_json(request, plan, orjson.dumps(message), headers)
     cid, created = f"chatcmpl-{rid:024x}", int(time.time())
+    reasoned = chat_reasoning(body, st.config.reasoning_content, answer.tool_name)
     usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
     if stream:
         options = body.get("stream_options")
         with_usage = isinstance(options, dict) and options.get("include_usage") is True
-        events = chat_chunks(answer, cid, created, model, usage if with_usage else None, speed)
+        events = chat_chunks(answer, cid, created, model, usage if with_usage else None, speed, reasoned)
         return await _send_stream(request, st, plan, events, headers, MALFORMED_CHAT)
-    return await _send_json(request, plan, chat_completion(answer, cid, created, model, usage, speed), headers)
+    whole = chat_completion(answer, cid, created, model, usage, speed, reasoned)
+    return await _send_json(request, plan, whole, headers)
 
 
 _NOT_ASKED = frozenset({"stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens"})

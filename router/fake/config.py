@@ -42,6 +42,9 @@ class FakeConfig:
     # the highest `output_config.effort` a Messages request takes beside thinking off (router/fake/reasoning.py):
     # "max" (any), "high" (Anthropic's newest models refuse xhigh and max), "none" (DeepSeek's Anthropic API)
     effort_without_thinking: str = "max"
+    # chat completions' `reasoning_content` (router/fake/reasoning.py): "" (none), "write" (answers carry it),
+    # "require" (and a tool loop's turn without it is refused, as DeepSeek's thinking mode), "refuse" (in any message)
+    reasoning_content: str = ""
     # Responses WebSocket mode (GET /v1/responses, router/fake/websocket.py): served (False: the upgrade gets a
     # 404, as from a server without it), and a connection's time limit in seconds (OpenAI's: 60 minutes)
     websocket: bool = True
@@ -76,5 +79,7 @@ class FakeConfig:
             raise ValueError(f"ws_limit_s must be above 0, got {self.ws_limit_s}")
         if self.effort_without_thinking not in ("none", "low", "medium", "high", "xhigh", "max"):
             raise ValueError(f"effort_without_thinking: none or an effort level, not {self.effort_without_thinking!r}")
+        if self.reasoning_content not in ("", "write", "require", "refuse"):
+            raise ValueError(f"reasoning_content: '', write, require or refuse, not {self.reasoning_content!r}")
         if self.finish_after < 0:
             raise ValueError(f"finish_after must be 0 (never) or more, got {self.finish_after}")

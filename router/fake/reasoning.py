@@ -23,7 +23,16 @@ Thinking off (`thinking: {type: "disabled"}`, or no `thinking`) beside an effort
 fake's `effort_without_thinking` ("max": every level is taken; "high": Anthropic's newest models;
 "none": no effort at all, as DeepSeek's Anthropic API) with that upstream's 400.
 
-Refusals are counted by kind (`signature`, `thinking_required`, `effort`, `encrypted_content`) in
+Chat completions, as servers with a reasoning parser answer (DeepSeek, vLLM, llama.cpp's
+`reasoning_format`), per the fake's `reasoning_content`: "write" — each answer carries its
+`reasoning_content` (a message field; in a stream, the first delta), naming the request's model;
+"require" — as "write", and a tool loop's final assistant turn with tool calls but no
+`reasoning_content` is refused as DeepSeek's thinking mode refuses it ("Missing `reasoning_content`
+field in the assistant message at message index N"); "refuse" — a server without a parser, that
+refuses the field in any message ("messages.N.reasoning_content: Extra inputs are not permitted").
+
+Refusals are counted by kind (`signature`, `thinking_required`, `effort`, `encrypted_content`,
+`reasoning_content`) in
 /_fake/stats' `refused`. Nothing here draws from the fake's generator: every other answer is as before.
 """
 
@@ -178,6 +187,41 @@ def _last_user_text(messages: list[Any]) -> str:
             blocks = content if isinstance(content, list) else ()
             return " ".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "text")
     return ""
+
+
+# -- chat completions ---------------------------------------------------------------------------------
+def _openai_error(message: str, param: str | None = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}})
+
+
+def chat_refusal(body: dict[str, Any], mode: str) -> tuple[str, bytes] | None:
+    """("reasoning_content", the 400 body) for a chat request the fake's `reasoning_content` mode refuses."""
+    messages = body["messages"]
+    if mode == "refuse":
+        for i, message in enumerate(messages):
+            if isinstance(message, dict) and "reasoning_content" in message:
+                param = f"messages.{i}.reasoning_content"
+                return "reasoning_content", _openai_error(f"{param}: Extra inputs are not permitted", param)
+    elif mode == "require":
+        i = len(messages) - 1
+        while i >= 0 and isinstance(messages[i], dict) and messages[i].get("role") == "tool":
+            i -= 1  # the loop's results; before them, its final assistant turn
+        last = messages[i] if i >= 0 and i < len(messages) - 1 else None
+        if isinstance(last, dict) and last.get("tool_calls") and not isinstance(last.get("reasoning_content"), str):
+            return "reasoning_content", _openai_error(
+                f"Missing `reasoning_content` field in the assistant message at message index {i}. In thinking "
+                "mode, the reasoning of a turn that called tools must be passed back."
+            )
+    return None
+
+
+def chat_reasoning(body: dict[str, Any], mode: str, tool: str | None) -> str | None:
+    """The `reasoning_content` an answer carries (None: the mode writes none)."""
+    if mode not in ("write", "require"):
+        return None
+    return f"{body.get('model')} read {len(body['messages'])} messages; " + (
+        f"calling {tool}." if tool else "answering in words."
+    )
 
 
 # -- OpenAI Responses ---------------------------------------------------------------------------------

@@ -84,10 +84,19 @@ def openai_tools(body: dict[str, Any]) -> tuple[Tools, str | None]:
 
 
 def chat_completion(
-    answer: Answer, cid: str, created: int, model: str, usage: dict[str, int], service_tier: str | None = None
+    answer: Answer,
+    cid: str,
+    created: int,
+    model: str,
+    usage: dict[str, int],
+    service_tier: str | None = None,
+    reasoning: str | None = None,
 ) -> bytes:
-    """`service_tier`: the tier that served it, when the request asked for one (router/fake/speed.py)."""
+    """`service_tier`: the tier that served it, when the request asked for one (router/fake/speed.py);
+    `reasoning`: the message's `reasoning_content` (router/fake/reasoning.py)."""
     message: dict[str, Any] = {"role": "assistant", "content": answer.text, "refusal": None}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
     finish = "stop"
     if answer.tool_name is not None:
         function = {"name": answer.tool_name, "arguments": answer.tool_args}
@@ -102,10 +111,17 @@ def chat_completion(
 
 
 def chat_chunks(
-    answer: Answer, cid: str, created: int, model: str, usage: dict[str, int] | None, service_tier: str | None = None
+    answer: Answer,
+    cid: str,
+    created: int,
+    model: str,
+    usage: dict[str, int] | None,
+    service_tier: str | None = None,
+    reasoning: str | None = None,
 ) -> list[bytes]:
     """SSE events shaped like OpenAI's; ``usage`` given means ``stream_options.include_usage``;
-    ``service_tier`` is in every chunk when given."""
+    ``service_tier`` is in every chunk when given; ``reasoning`` comes first, word by word, in
+    ``reasoning_content`` deltas."""
     prefix = b'data: {"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s,' % (
         cid.encode(),
         created,
@@ -118,6 +134,9 @@ def chat_chunks(
     end = b',"usage":null}\n\n' if usage is not None else b"}\n\n"
     tail = b',"logprobs":null,"finish_reason":null}]' + end
     out: list[bytes] = []
+    if reasoning is not None:
+        out += [head + orjson.dumps({"role": "assistant", "content": None, "reasoning_content": word}) + tail
+                for word in _words(reasoning)]  # fmt: skip
     if answer.tool_name is not None:
         function = {"name": answer.tool_name, "arguments": ""}
         call = {"index": 0, "id": answer.call_id, "type": "function", "function": function}

@@ -3,7 +3,8 @@ failures turned into `UpstreamError`s without secrets, and an SSE reader.
 
     PooledHTTP         base of OpenAICompatUpstream (openai_compat.py) and AnthropicUpstream (anthropic.py):
                        post_json (a whole answer), post_events (an SSE stream), each with the
-                       tier's own `convert` of what came back
+                       tier's own `convert` of what came back; a refused request the tier's
+                       `again` can change is sent once more so (router/upstream/resend.py)
     (the SSE reader, `sse_events`, and the `Oversized` bound: router/upstream/sse.py)
 
 Bounds (`Limits`, from router/settings.py): a JSON answer or one SSE event over `max_body_bytes`, and
@@ -26,7 +27,7 @@ from yarl import URL
 
 from router.errors import ContextExceeded, UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
 from router.policy.model import Tier
-from router.upstream.base import Chunk, Limits, Reply
+from router.upstream.base import Chunk, Limits, Reply, Speed
 from router.upstream.context import exceeded
 from router.upstream.sse import Oversized, sse_events
 
@@ -142,6 +143,12 @@ class PooledHTTP:
             await self._session.close()
             self._session = None
 
+    def again(self, refused: UpstreamStatus, data: bytes) -> tuple[bytes, str | None] | None:
+        """A refused request's body, changed so the upstream takes it, and why the answer's speed
+        then fell back (None: it did not); None (here, always): nothing to change. post_json and
+        post_events send the changed body once, before anything was read (router/upstream/resend.py)."""
+        return None
+
     async def post_json(
         self,
         url: str,
@@ -153,7 +160,26 @@ class PooledHTTP:
         """POST, read a whole JSON object and `convert(raw, parsed)` it. `first_token` bounds the
         wait for the headers, `total` (or the call's deadline, if sooner) the whole: one timer,
         moved once the headers are in unless the whole body came with them (reading it then cannot
-        wait); every failure, a conversion that fails included, is an `UpstreamError` without secrets."""
+        wait); every failure, a conversion that fails included, is an `UpstreamError` without secrets.
+        Refused, sent once more as `again` changes it."""
+        try:
+            return await self._post_json(url, data, deadline, convert, headers)
+        except UpstreamStatus as exc:
+            if (changed := self.again(exc, data)) is None:
+                raise
+        reply = await self._post_json(url, changed[0], deadline, convert, headers)
+        if (reason := changed[1]) is not None:
+            reply.speed = Speed(reply.speed.served if reply.speed is not None else "default", reason)
+        return reply
+
+    async def _post_json(
+        self,
+        url: str,
+        data: bytes,
+        deadline: float,
+        convert: Callable[[bytes, dict[str, Any]], Reply],
+        headers: Mapping[str, str] | None = None,
+    ) -> Reply:
         assert self._session is not None, "start() first"
         now = asyncio.get_running_loop().time()
         end = min(now + self.config.timeouts.total, deadline)
@@ -191,24 +217,30 @@ class PooledHTTP:
         """POST, read an SSE stream up to `[DONE]` or its end, and `convert` each event's `data:`
         payload to a chunk (`more` set when the next event was already received). `first_token`
         bounds the wait for the first event; failures are `UpstreamError`s; closing the iterator
-        closes the connection."""
+        closes the connection. Refused, sent once more as `again` changes it."""
         assert self._session is not None, "start() first"
         with self._in_flight():
-            resp: aiohttp.ClientResponse | None = None
-            try:
-                async with asyncio.timeout(self.config.timeouts.first_token):
-                    resp = await self._session.post(self._url(url), data=data, headers=headers,
-                                                    timeout=self._timeout(deadline))  # fmt: skip
-                    if resp.status >= 400:
-                        await self._error_status(resp)
-                    events = sse_events(resp.content, self.limits.max_body_bytes)
-                    first = await anext(events, None)
-            except BaseException as exc:
-                if resp is not None:
-                    resp.close()
-                if not isinstance(exc, Exception):
-                    raise
-                raise self._failure(exc) from None
+            reason: str | None = None  # why the answer's speed fell back, when `again` changed the request
+            for sent in range(2):
+                resp: aiohttp.ClientResponse | None = None
+                try:
+                    async with asyncio.timeout(self.config.timeouts.first_token):
+                        resp = await self._session.post(self._url(url), data=data, headers=headers,
+                                                        timeout=self._timeout(deadline))  # fmt: skip
+                        if resp.status >= 400:
+                            await self._error_status(resp)
+                        events = sse_events(resp.content, self.limits.max_body_bytes)
+                        first = await anext(events, None)
+                    break
+                except BaseException as exc:
+                    if resp is not None:
+                        resp.close()
+                    if not isinstance(exc, Exception):
+                        raise
+                    if sent or not isinstance(exc, UpstreamStatus) or (changed := self.again(exc, data)) is None:
+                        raise self._failure(exc) from None
+                data, reason = changed
+            assert resp is not None
             try:
                 async with resp:
                     item = first
@@ -216,6 +248,8 @@ class PooledHTTP:
                     while item is not None and item[0] != _DONE:
                         chunk = self._converted(convert, item[0])
                         chunk.more = item[1]
+                        if reason is not None:
+                            chunk.speed = Speed(chunk.speed.served if chunk.speed is not None else "default", reason)
                         chars += answer_chars(chunk.data)
                         if chars > limit:
                             raise Oversized("upstream_answer", limit)

@@ -16,6 +16,8 @@ from typing import Any
 from router.errors import ContextExceeded, UpstreamError, UpstreamStatus, UpstreamTimeout, upstream_text
 from router.policy.model import Tier
 from router.sessions import Session
+from router.sessions.provenance import model_tag
+from router.sessions.reasoning_text import own_reasoning
 from router.upstream.base import Chunk, Native, Reply, token_count
 from router.upstream.chat_view import usage_of
 from router.upstream.context import exceeded
@@ -43,6 +45,7 @@ class LitellmUpstream:
         self.config = config
         key = config.api_key.get_secret_value() if config.api_key else ""
         self._secrets = (key,) if key else ()
+        self._tag = model_tag(config.model)
         self._litellm: Any = None
         self._absent = False  # litellm was looked for and is not installed
 
@@ -96,6 +99,8 @@ class LitellmUpstream:
         kwargs = {**self.config.defaults, **{k: v for k, v in body.items() if k in _CLIENT_FIELDS}}
         for owned in ("model", "stream", "stream_options"):
             kwargs.pop(owned, None)
+        if isinstance(messages := kwargs.get("messages"), list):  # none of another model's reasoning_content
+            kwargs["messages"] = own_reasoning(messages, self._tag)
         kwargs.update(self.config.params)
         kwargs.update(
             model=self.config.model,

@@ -3,8 +3,8 @@ the JSON it sends: the tier's `defaults` under the request, its `params` over it
 its `service_tier` (and never Anthropic's `speed`: no OpenAI API takes it), its `max_output_tokens`
 as a cap on every output limit the request sets. A chat completions body also gets its llama.cpp
 slot (`id_slot` + `cache_prompt`), `stream` as asked, "" for the `content: null` beside tool calls,
-and the tier's `tools_system`; a Responses body only its model's encrypted reasoning
-(router/sessions/provenance.py).
+the tier's `tools_system`, and only its model's `reasoning_content` (router/sessions/reasoning_text.py);
+a Responses body only its model's encrypted reasoning (router/sessions/provenance.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import orjson
 
 from router.policy.model import Tier
 from router.sessions.provenance import responses_input
+from router.sessions.reasoning_text import own_reasoning
 
 
 class TierBody:
@@ -38,6 +39,8 @@ class TierBody:
             out.pop("stream", None)
             out.pop("stream_options", None)
         messages = out.get("messages")
+        if isinstance(messages, list) and (own := own_reasoning(messages, self.tag)) is not messages:
+            out["messages"] = messages = own  # only this model's reasoning_content, as it wrote it
         if isinstance(messages, list) and any(_null_beside_calls(m) for m in messages):
             out["messages"] = messages = [{**m, "content": ""} if _null_beside_calls(m) else m for m in messages]
         system = config.tools_system

@@ -4,25 +4,22 @@ A tier keeps each session's prompt prefix where its policy says (`sessions`, rou
 on one replica of an `api_base` list, and on llama.cpp's llama-server in one slot (`id_slot` +
 `cache_prompt`); `prefill` reads a session's prompt into its slot ahead of a call (router/core/live/warming.py).
 The server's own count of each prompt — tokens evaluated and reused — comes with the answer (`Usage`).
-What a request becomes on the tier — its defaults, params and model, its output cap, its
-`service_tier` (Anthropic's `speed` never: no OpenAI API takes it) — is `TierBody`'s (openai_body.py);
-the answer's `service_tier` comes with the answer (`Speed`, router/upstream/speed.py). A request
-refused for the service tier it asks for is sent once more without it (`ServiceTiers`, service_tiers.py).
+What a request becomes on the tier — defaults, params, model, output cap, `service_tier` (never
+`speed`) — is `TierBody`'s (openai_body.py); the answer's `service_tier` comes with it (`Speed`, speed.py);
+refused for what the router can change (a service tier, reasoning_content), it is sent again (resend.py).
 
-A tier with `apis: [responses]` also takes Responses calls as they are (`complete_native` /
-`stream_native`, POST {api_base}/responses); router/upstream/responses_view.py has what that needs.
-With `websocket: true` they go over one WebSocket per session (responses_ws.py; warm-ups: `prewarm`).
+A tier with `apis: [responses]` also takes Responses calls as they are (`complete_native` / `stream_native`,
+POST {api_base}/responses: responses_view.py); with `websocket: true` over one WebSocket per session
+(responses_ws.py; warm-ups: `prewarm`).
 Items' `encrypted_content` (reasoning, compaction) is bound to the model that made it: the tier's
 answers reach the client marked with its model, and of the items a request replays the tier gets
-only its own model's (router/sessions/provenance.py).
+only its own model's (provenance.py); so is a chat answer's `reasoning_content` (reasoning_text.py).
 
-A tier with `cut_loops` is read as a stream, a whole answer too (put together by `Answer`,
-answer.py), and not read further once the answer goes round in a loop (`Loop`, loops.py).
-
-One `aiohttp.ClientSession` per tier, keep-alive connections opened at start-up, bodies encoded
-once with orjson (the pool, warm-up and SSE reader are `PooledHTTP`'s, in http.py). Timeouts:
-`connect` for the TCP connection, `first_token` until the headers (JSON) or the first SSE event
-(stream), `total` — and the pipeline's deadline — for everything.
+A tier with `cut_loops` is read as a stream, a whole answer too (`Answer`, answer.py), and not read
+further once the answer goes round in a loop (`Loop`, loops.py). One `aiohttp.ClientSession` per
+tier, keep-alive connections opened at start-up, bodies encoded once with orjson (the pool, warm-up
+and SSE reader are `PooledHTTP`'s, in http.py). Timeouts: `connect` for the TCP connection,
+`first_token` until the headers (JSON) or the first SSE event, `total` (and the call's deadline) for all.
 """
 
 from __future__ import annotations
@@ -40,17 +37,18 @@ from router.policy.model import Tier
 from router.sessions import Session
 from router.sessions.affinity import Affinity, Lease
 from router.sessions.provenance import mark_items, model_tag
-from router.upstream import llama_cpp, scoring
+from router.sessions.reasoning_text import ReasoningMarks, mark_choices
+from router.upstream import llama_cpp, resend, scoring
 from router.upstream.answer import Answer
 from router.upstream.base import Chunk, Limits, Native, Reply, chat_usage
 from router.upstream.chat_view import drop_legacy_call, malformed, usage_of, without_repeated_heads
 from router.upstream.context import props_window, served_window
+from router.upstream.http import PooledHTTP
 from router.upstream.loops import Loop
 from router.upstream.openai_body import TierBody
 from router.upstream.responses_tools import ToolMap
 from router.upstream.responses_view import ResponsesEvents, completion_of, responses_usage
 from router.upstream.responses_ws import SocketTurns
-from router.upstream.service_tiers import ServiceTiers
 from router.upstream.speed import served
 
 log = logging.getLogger("router.upstream")
@@ -61,7 +59,7 @@ _ENDED = ("response.completed", "response.incomplete")
 _HEAD = ("id", "object", "created", "model")  # a chunk's fields a chunk made here repeats
 
 
-class OpenAICompatUpstream(ServiceTiers):
+class OpenAICompatUpstream(PooledHTTP):
     def __init__(self, tier: str, config: Tier, limits: Limits | None = None) -> None:
         super().__init__(tier, config, limits)
         bases = [b.rstrip("/") for b in config.api_bases] or [""]
@@ -85,6 +83,9 @@ class OpenAICompatUpstream(ServiceTiers):
             SocketTurns(tier, config, self.limits, auth, self._secrets, self.bodies.responses)
             if config.websocket else None
         )  # fmt: skip
+
+    def again(self, refused: UpstreamStatus, data: bytes) -> tuple[bytes, str | None] | None:
+        return resend.again(refused, data)  # a service tier, reasoning_content
 
     async def complete(self, body: dict[str, Any], deadline: float, session: Session | None = None) -> Reply:
         legacy = "functions" in body  # a client of the legacy API reads `function_call`; others never
@@ -141,11 +142,15 @@ class OpenAICompatUpstream(ServiceTiers):
     def _events(self, url: str, payload: bytes, deadline: float, unasked: bool = False) -> AsyncGenerator[Chunk, None]:
         """`unasked`: the router asked for the stream's token counts, the client did not."""
         heads: dict[int, str] = {}  # tool-call index → id, to drop repeated call heads
-        if unasked:
-            return self.post_events(
-                url, payload, deadline, lambda r: _unasked(without_repeated_heads(self._chunk(r), heads))
-            )
-        return self.post_events(url, payload, deadline, lambda r: without_repeated_heads(self._chunk(r), heads))
+        marks = ReasoningMarks(self.tag)  # the model's reasoning, marked as its own
+
+        def convert(raw: bytes) -> Chunk:
+            chunk = without_repeated_heads(self._chunk(raw), heads)
+            if b'"reasoning_content"' in raw and marks.chunk(chunk.data):
+                chunk.raw = None  # re-encoded, marked
+            return _unasked(chunk) if unasked else chunk
+
+        return self.post_events(url, payload, deadline, convert)
 
     def _watched(self, chunks: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:
         """`chunks`, ended where the answer loops when the tier says `cut_loops`: a finish chunk
@@ -254,8 +259,9 @@ class OpenAICompatUpstream(ServiceTiers):
             raise UpstreamError(f"tier {self.tier!r} answered with a malformed completion ({problem})", tier=self.tier)
         self.llama_cpp = self.llama_cpp or "timings" in data
         usage, speed = usage_of(data), served(data.get("service_tier"))
-        if not legacy and drop_legacy_call(data):
-            return Reply(data, usage=usage, speed=speed)  # re-encoded without it
+        marked = b'"reasoning_content"' in raw and mark_choices(data, self.tag)  # the model's reasoning: its own
+        if (not legacy and drop_legacy_call(data)) or marked:
+            return Reply(data, usage=usage, speed=speed)  # re-encoded
         return Reply(data, raw, usage=usage, speed=speed)
 
     def _native_payload(self, native: Native, stream: bool) -> bytes:
