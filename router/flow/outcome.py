@@ -188,6 +188,7 @@ class Account:
         self.speeds: dict[str, Speed] = {}  # tier → the speed its latest attempt is served at, as it says
         self.timeline = Timeline()  # each attempt's times
         self.started = asyncio.get_running_loop().time()
+        self.over: tuple[float, float] | None = None  # (seconds after the start, wall clock) the attempts ended
 
     @property
     def escalated(self) -> bool:
@@ -206,6 +207,11 @@ class Account:
     def now(self) -> float:
         """Seconds since the call began."""
         return asyncio.get_running_loop().time() - self.started
+
+    def finished(self) -> None:
+        """No attempt is left to run: the call's time stops here, so every record of it taken from now
+        on (a stream's final event, its trailer, the access log) says the same."""
+        self.over = (self.now(), time.time())
 
     # -- what a tier said ----------------------------------------------------------------------------
     def sent(self, tier: str, native: bool) -> None:
@@ -240,11 +246,12 @@ class Account:
         headers are written before its answer, whose tokens are its cost)."""
         tried = self.timeline.tried(self.mistakes)
         worth = self.worth(tried) if priced else _UNPRICED
+        took, ended_at = self.over or (self.now(), time.time())
         return Outcome(  # positionally, in `Outcome`'s order: a third of the cost of keywords
             self.route, self.reason, self.lane.name, self.tier, tuple(self.tried), tuple(self.skipped),
             tuple(self.mistakes), self.escalated, self.repaired, self.exhausted, tuple(self.signs), self.salvaged,
             self.looped, tuple(self.verdicts), self.prompt_evaluated, self.prompt_reused, self.repeat, self.sampled,
-            self.speed, self.answered_natively, tried, self.session, self.now(), time.time(), *worth, self.reported,
+            self.speed, self.answered_natively, tried, self.session, took, ended_at, *worth, self.reported,
         )  # fmt: skip
 
     def worth(self, tried: tuple[Tried, ...]) -> Worth:

@@ -242,6 +242,7 @@ async def _attempts(
         exc.outcome = attempts.outcome()  # the transport names the call's routing with its error
         raise
     finally:
+        attempts.finished()
         runtime.lanes.leave(attempts.lane)
         span.end(attempts)
 
