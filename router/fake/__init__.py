@@ -13,6 +13,8 @@ the benches.
     websocket.py  the Responses WebSocket mode (its connection-local cache, time limit, warm-ups)
     wire.py       chat completions and Messages on the wire
     speed.py      fast modes: Anthropic's `speed` (its beta, fast models, rate limit), OpenAI's `service_tier`
+    betas.py      the Messages fields a beta admits, refused without it
+    reasoning.py  reasoning state bound to a model; thinking off with an effort; `reasoning_content`
 """
 
 from router.fake.config import FakeConfig

@@ -16,8 +16,10 @@ Reasoning state (router/fake/reasoning.py), bound to the request's ``model`` as 
   ``include: ["reasoning.encrypted_content"]`` answers with a reasoning item first, and refuses with
   OpenAI's 400 ``invalid_encrypted_content`` an input item's encrypted content sealed for another model.
   Thinking off beside an effort level above ``effort_without_thinking`` (or written with more than its
-  ``type``) gets Anthropic's 400 (DeepSeek's with ``none``). Chat answers carry ``reasoning_content`` as
-  the ``reasoning_content`` mode says, which may also require it back in a tool loop, or refuse it.
+  ``type``) gets Anthropic's 400 (DeepSeek's with ``none``); a field only a beta admits
+  (``context_management``), without that beta, Anthropic's 400 for an unknown field (betas.py).
+  Chat answers carry ``reasoning_content`` as the ``reasoning_content`` mode says, which may also
+  require it back in a tool loop, or refuse it.
 
 Answers
   With ``tools`` (and ``tool_choice`` not "none") the answer is one tool call: the named tool when
@@ -89,6 +91,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from router.fake.betas import beta_refusal
 from router.fake.context import prompt_size, too_long
 from router.fake.faults import Plan, plan_of, send_endless, send_looping
 from router.fake.reasoning import (
@@ -219,6 +222,9 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     if refused is not None and (foreign := refused(body, st.config.signing_key)) is not None:
         st.refused[foreign[0]] += 1  # another model's reasoning state, as the provider refuses it
         return web.Response(status=400, body=foreign[1], headers=JSON_HEADERS)
+    if anthropic and (unadmitted := beta_refusal(body, request.headers)) is not None:
+        st.refused["beta"] += 1  # a field its beta admits, without the beta
+        return web.Response(status=400, body=unadmitted, headers=JSON_HEADERS)
     if anthropic and (effort := effort_refusal(body, st.config.effort_without_thinking)) is not None:
         st.refused[effort[0]] += 1
         return web.Response(status=400, body=effort[1], headers=JSON_HEADERS)

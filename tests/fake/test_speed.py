@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from router.fake import FakeServer
+from router.fake.betas import beta_refusal
 from router.fake.speed import FAST_MODE_BETA
 
 USER: Any = [{"role": "user", "content": "Refactor this module."}]
@@ -79,3 +80,11 @@ async def test_openai_answers_say_the_service_tier_that_served_them(start_fake_:
         assert response.service_tier == "priority"
         async with sdk.responses.stream(model="m", input="hi", service_tier="flex") as events:
             assert (await events.get_final_response()).service_tier == "flex"
+
+
+def test_a_field_a_beta_admits_is_refused_without_the_beta() -> None:
+    body = {"model": "claude-opus-4-6", "messages": [], "context_management": {"edits": []}}
+    refusal = beta_refusal(body, {})
+    assert refusal is not None and b"context_management: Extra inputs are not permitted" in refusal
+    assert beta_refusal(body, {"anthropic-beta": "claude-code-20250219, context-management-2025-06-27"}) is None
+    assert beta_refusal({"model": "m", "messages": []}, {}) is None

@@ -1,8 +1,9 @@
-"""A refused request sent once more as the tier can change it (router/upstream/resend.py), here OpenAI's service tiers as a speed lane: a lane's `openai/*` tier
-variant asks for its `service_tier`; refused ("Unsupported service_tier", or over its rate limit),
-the request is sent once more at the default tier within the call — chat and Responses, JSON and
-SSE — told in `x-router-speed`, counted in the stats and metrics, and priced at the standard price.
-Real servers: the proxy, a fake upstream refusing as OpenAI does, the openai SDK."""
+"""A refused request sent once more as the tier can change it (router/upstream/resend.py), here
+OpenAI's service tiers as a speed lane: a lane's `openai/*` tier variant asks for its `service_tier`;
+refused ("Unsupported service_tier", or over its rate limit), the request is sent once more at the
+default tier within the call — chat and Responses, JSON and SSE — told in `x-router-speed`, counted
+in the stats and metrics, and priced at the standard price. Real servers: the proxy, a fake upstream
+refusing as OpenAI does, the openai SDK."""
 
 from __future__ import annotations
 
