@@ -155,7 +155,7 @@ class Metrics:
         self.shadow_inflight = Gauge(
             "router_shadow_inflight", "Shadow comparisons in flight", registry=r, multiprocess_mode="livesum"
         )
-        self.left_out = Counter(  # router/responses/items.py, router/upstream/responses_tools.py
+        self.left_out = Counter(  # router/responses/items.py, router/upstream/responses_tools.py, router/flow/record.py
             "router_left_out",
             "Parts of client requests a chat tier cannot take, left out of what it sees, by API, part and type",
             ["api", "part", "type"],
@@ -203,12 +203,19 @@ class Metrics:
         self._answers: dict[tuple[str, str], Counter] = {}
         self._calls: dict[tuple[str, str, bool], tuple[Counter, Histogram, Histogram]] = {}
         self._worth: dict[tuple[str, str], tuple[Counter, Counter]] = {}  # (tier, route) → cost, baseline
+        self._left_out_seen: set[tuple[str, str]] = set()  # (api, "part:type") counted so far
 
-    def observe_left_out(self, api: str, counts: Mapping[str, int]) -> None:
-        """`counts`: "part:type" → how many (tool:web_search, item:tool_search_call, ...)."""
+    def observe_left_out(self, api: str, counts: Mapping[str, int]) -> list[str]:
+        """`counts`: "part:type" → how many (tool:web_search, item:tool_search_call, field:thinking,
+        ...); the keys counted for the first time (the types are bounded by their callers)."""
+        first = []
         for key, n in counts.items():
             part, _, kind = key.partition(":")
+            if (api, key) not in self._left_out_seen:
+                self._left_out_seen.add((api, key))
+                first.append(key)
             self.left_out.labels(api, part, kind).inc(n)
+        return first
 
     def observe_answer(self, tier: str, route: str, answered: bool, kinds: Sequence[str]) -> None:
         if answered:

@@ -45,8 +45,6 @@ if TYPE_CHECKING:
     from router.upstream.base import Native, Speed, Usage
 
 log = logging.getLogger("router.flow")
-_LEFT_OUT_SAID: set[tuple[str, tuple[str, ...]]] = set()  # (tier, names) logged once per process
-_LEFT_OUT_KEPT = 256  # at most so many of them remembered (then each is logged again)
 _ARGUMENTS_KEPT = 2000  # characters of a routed call's arguments kept to recognise it when repeated
 
 
@@ -63,7 +61,18 @@ class Record:
         self.parts.warming.live_started(tier)
         asked = self.call.native
         if not native and asked is not None and asked.left_out:
-            _left_out(tier, asked)
+            self.left_out(tier, asked)
+
+    def left_out(self, tier: str, asked: Native) -> None:
+        """`tier`, of another API, does not get all of the client's request: counted by field in
+        `router_left_out_total`, and the first time a field is left out, said in the log with the
+        betas the client sent (which are what most such fields come with)."""
+        first = self.parts.metrics.observe_left_out(asked.dialect, {f"field:{n}": 1 for n in asked.left_out})
+        if first:
+            betas = asked.headers.get("anthropic-beta", "")[:400]
+            beta = f" (anthropic-beta: {betas})" if betas else ""
+            names = ", ".join(k.split(":", 1)[1] for k in first)
+            log.info("tier %r takes no %s request as it is: left out %s%s", tier, asked.dialect, names, beta)
 
     def attempt(self, tier: str, tools: Sequence[str], found: Sequence[Mistake], answered: bool = True) -> None:
         """Count one attempt of `tier`: a call (failed ones too), each offered tool it called or
@@ -187,18 +196,3 @@ class Record:
     def context(self, tier: str, how: str) -> None:
         """The prompt did not fit `tier`: the call went on to a larger tier (`how`), or was refused."""
         self.parts.metrics.context_exceeded.labels(tier, how).inc()
-
-
-def _left_out(tier: str, native: Native) -> None:
-    """Say once per tier and set of names what a tier of another API does not get of a client's
-    request (with the betas the client sent, which are what most of it came with)."""
-    said = (tier, native.left_out)
-    if said in _LEFT_OUT_SAID:
-        return
-    if len(_LEFT_OUT_SAID) >= _LEFT_OUT_KEPT:
-        _LEFT_OUT_SAID.clear()
-    _LEFT_OUT_SAID.add(said)
-    betas = native.headers.get("anthropic-beta", "")[:400]
-    names = ", ".join(n[:60] for n in native.left_out[:20])
-    beta = f" (anthropic-beta: {betas})" if betas else ""
-    log.info("tier %r takes no %s request as it is: left out %s%s", tier, native.dialect, names, beta)

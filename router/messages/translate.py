@@ -2,8 +2,8 @@
 
     chat_body(request)            a Messages request → (chat-completions body, tool_use ids the
                                   agent reported as failed with `is_error`)
-    left_out(request)             what of a request a chat tier does not get (logged once per tier
-                                  and set of names where a call goes to one: router/flow/record.py)
+    left_out(request)             the fields of a request a chat tier does not get (counted, and
+                                  logged the first time, where a call goes to one: router/flow/record.py)
     message_of(reply, ...)        a chat.completion → a Messages `message` object
 
 The answer views a native `anthropic/*` tier needs too — `chat_message(message)`, `stop_reason`,
@@ -33,6 +33,12 @@ from router.upstream.base import token_count
 from router.upstream.messages_view import stop_reason
 
 _COPIED = ("temperature", "top_p", "max_tokens")  # same name, same meaning in both APIs
+# Messages request fields of the published API (and its betas) a chat tier has no equivalent of
+_PUBLISHED = frozenset({
+    "thinking", "context_management", "top_k", "speed", "service_tier", "container", "mcp_servers",
+    "inference_geo", "cache_control", "betas",
+})  # fmt: skip
+_OUTPUT_CONFIG = frozenset({"effort", "task_budget"})
 # the request fields a chat tier gets in some form; any other is left out (`left_out`)
 _TRANSLATED = frozenset({
     *_COPIED, "model", "messages", "system", "stop_sequences", "tools", "tool_choice", "metadata", "stream",
@@ -256,10 +262,11 @@ def _output_schema(request: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def left_out(request: Mapping[str, Any]) -> tuple[str, ...]:
-    """The names of what a chat tier does not get of this request, sorted (nested ones dotted)."""
-    names = [k for k in request if k not in _TRANSLATED and k != "output_config"]
+    """The names of the fields a chat tier does not get of this request, sorted (nested ones dotted;
+    a name the published API does not have is "other": they are metric labels)."""
+    names = {k if k in _PUBLISHED else "other" for k in request if k not in _TRANSLATED and k != "output_config"}
     if isinstance(config := request.get("output_config"), Mapping):
-        names += [f"output_config.{k}" for k in config if k != "format"]
+        names |= {f"output_config.{k}" if k in _OUTPUT_CONFIG else "other" for k in config if k != "format"}
     return tuple(sorted(names))
 
 

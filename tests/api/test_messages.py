@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from router.fake import FakeConfig
-from tests.api.helpers import fake_requests, post
+from tests.api.helpers import fake_requests, get, post
 from tests.conftest import policy_text
 
 WEATHER = {
@@ -228,7 +228,7 @@ def without_thinking(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def test_claude_code_request_reaches_a_chat_tier(fake, proxy_, caplog: pytest.LogCaptureFixture) -> None:
     """The system message keeps its place, the deferred tool waits for a tool search, fields with no
-    chat equivalent stay out — said once per tier in the log, with the betas they came with."""
+    chat equivalent stay out — counted, and said in the log the first time, with the betas they came with."""
     proxy = await proxy_(policy_text(fake.url, extra='aliases: {"claude-*": auto}\n'))
     caplog.set_level(logging.INFO, logger="router.flow")
     for _ in range(2):
@@ -244,7 +244,9 @@ async def test_claude_code_request_reaches_a_chat_tier(fake, proxy_, caplog: pyt
     assert said == [
         f"tier 'full' takes no messages request as it is: left out context_management, output_config.effort, "
         f"thinking (anthropic-beta: {CLAUDE_CODE_HEADERS['anthropic-beta']})"
-    ]  # once, for both calls
+    ]  # the first time each is left out
+    metrics = (await get(proxy.base + "/metrics")).body.decode()
+    assert 'router_left_out_total{api="messages",part="field",type="thinking"} 2.0' in metrics
     found = [{"type": "tool_reference", "tool_name": DEFERRED}]
     call_id = CLAUDE_CODE_BODY["messages"][-1]["content"][0]["tool_use_id"]
     result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": found}]}
