@@ -44,7 +44,8 @@ _TRANSLATED = frozenset({
     *_COPIED, "model", "messages", "system", "stop_sequences", "tools", "tool_choice", "metadata", "stream",
     "output_format",
 })  # fmt: skip
-_SERVER_TOOL_TYPES = ("web_search", "web_fetch", "code_execution", "mcp_toolset", "tool_search")
+# tools Anthropic's servers run (the advisor: another model consulted mid-answer, `advisor-tool-2026-03-01`)
+_SERVER_TOOL_TYPES = ("web_search", "web_fetch", "code_execution", "mcp_toolset", "tool_search", "advisor")
 
 
 def new_message_id() -> str:

@@ -247,6 +247,11 @@ async def test_claude_code_request_reaches_a_chat_tier(fake, proxy_, caplog: pyt
     ]  # the first time each is left out
     metrics = (await get(proxy.base + "/metrics")).body.decode()
     assert 'router_left_out_total{api="messages",part="field",type="thinking"} 2.0' in metrics
+    advised = {**CLAUDE_CODE_BODY, "tools": [*CLAUDE_CODE_BODY["tools"], {"type": "advisor_20260301", "name": "advisor",
+               "model": "claude-opus-4-6"}]}  # fmt: skip
+    assert (await post(proxy.base + "/v1/messages", advised, headers=CLAUDE_CODE_HEADERS)).status == 200
+    offered_then = [t["function"]["name"] for t in (await fake_requests(fake.url))[-1]["body"]["tools"]]
+    assert offered_then == offered  # the advisor is Anthropic's servers' to run: no function a chat tier could call
     found = [{"type": "tool_reference", "tool_name": DEFERRED}]
     call_id = CLAUDE_CODE_BODY["messages"][-1]["content"][0]["tool_use_id"]
     result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": found}]}
