@@ -153,3 +153,38 @@ async def test_claude_code_runs_on_a_tier_named_as_its_model_picker_keeps_it(sta
     on_full = [r["body"] for r in await fake_requests(full.url)]
     tool_loop([b for b in on_fast if b.get("tools")])
     assert not [b for b in on_full if b.get("tools")]  # side calls (no tools) may go where the routes say
+
+
+@pytest.mark.parametrize("transport", ["http", "websocket"])
+async def test_codex_resumes_its_session_after_the_router_restarts(
+    start_fake_: Any, tmp_path: Path, transport: str
+) -> None:
+    """One turn through a router with an in-memory store; the router restarts (nothing of the session
+    kept); `codex exec resume --last` goes on with the same session through the new one to an answer."""
+    codex = cli("codex")
+    fake = await start_fake_(FakeConfig(finish_after=1, prefer_tools=PREFERRED))
+    policy = policy_text(fake.url, extra='aliases: {"*": auto}\n')
+    home, work = workdir(tmp_path)
+    last = tmp_path / "last-message.txt"
+    turns: list[list[Any]] = []
+    for i, argv in enumerate(
+        (["exec", "--skip-git-repo-check", "--output-last-message", str(last), TASK],
+         ["exec", "resume", "--last", "--skip-git-repo-check", "--output-last-message", str(last),
+          "Now tell me which of those files is the largest."])
+    ):  # fmt: skip
+        run = tmp_path / f"run-{i}"
+        run.mkdir()
+        async with routed(policy, run) as (base, seen):  # a new router each time: the first one's state is gone
+            config = codex_home(run, base, websockets=transport == "websocket")
+            env = clean_env(home, CODEX_HOME=str(config), ROUTER_API_KEY="dummy")
+            if i:  # the session Codex recorded, kept where it looks for it
+                (config / "sessions").symlink_to(tmp_path / "run-0" / "codex" / "sessions")
+            code, out, err = await run_cli([str(codex), *argv], work, env)
+            assert code == 0, f"exit {code}\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}"
+            assert last.read_text().strip()
+            turns.append(seen.failures())
+    assert turns == [[], []]
+    bodies = [r["body"] for r in await fake_requests(fake.url)]
+    resumed = bodies[-1]["messages"]
+    assert any("largest" in str(m.get("content")) for m in resumed)  # the second prompt
+    assert any("List the files" in str(m.get("content")) for m in resumed)  # with the first turn's history
