@@ -14,7 +14,10 @@
                         503 (Retry-After) and is closed — before descriptors run out (0: ¾ of the
                         open-file limit)
     keep_alive_timeout  an idle keep-alive connection is closed (uvicorn's own timer)
-    shutdown            uvicorn asks every connection to close: the router then ends the calls and
+    shutdown            the listening sockets close with nothing queued (router/listening.py); one
+                        waiting for a request stays (a close could cross one on its way) till its next
+                        request (`connection: close`) or its timer. uvicorn asks every other connection
+                        to close: the router then ends the calls and
                         streams still open at 80% of `shutdown_grace` in their API's shape
                         (router/core/live/open_calls.py); a WebSocket-mode connection closes
                         itself (1012) once none of its responses runs — an idle one at once — and
@@ -38,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import math
 import resource
 import socket
 import sys
@@ -55,6 +57,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from router.constants import BODY_IN, CUT_AT, GC_YOUNG_THRESHOLD
 from router.core.live.open_calls import ConnectionCalls
 from router.errors import Overloaded
+from router.listening import close_gently, defer_accept
 from router.settings import Settings
 
 if TYPE_CHECKING:
@@ -124,8 +127,7 @@ class Idle:
         return None
 
 
-def _runtime(protocol: Any) -> Runtime | None:
-    state = getattr(protocol, "app_state", None)
+def _runtime(state: Any) -> Runtime | None:  # the router in a lifespan state
     return state.get("runtime") if isinstance(state, dict) else None
 
 
@@ -200,10 +202,11 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
         _idle: Idle | None = None
         _timer: asyncio.TimerHandle | None = None
         _header_bytes = 0
+        _last = False
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
-            self._runtime = runtime = _runtime(self)
+            self._runtime = runtime = _runtime(getattr(self, "app_state", None))
             if runtime is None:
                 return
             self._calls = ConnectionCalls()
@@ -222,6 +225,8 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
             if runtime is None or self.transport.is_closing():
                 return
             if self.cycle is not before or self.transport.get_protocol() is not self:  # headers in, or upgraded
+                if self._last and self.cycle is not before:
+                    self.cycle.keep_alive = False  # shutting down: answered with `connection: close`
                 self._disarm()
                 self._header_bytes = 0
                 if self._idle is not None:
@@ -274,6 +279,9 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
         def shutdown(self) -> None:
             if self._runtime is not None:
                 self._runtime.drain()
+                if self._waiting() and not self.transport.is_closing():
+                    self._last = True  # a close now could cross a request on its way: see the docstring
+                    return
             super().shutdown()
 
         # -- limits --------------------------------------------------------------------------------
@@ -336,10 +344,8 @@ class GuardedWebSockets(WebSocketsSansIOProtocol):
 
     # private API: uvicorn-protocol-limits, see docs/architecture.md
     def shutdown(self) -> None:
-        runtime = _runtime(self)
-        if runtime is None:
-            super().shutdown()
-            return
+        if (runtime := _runtime(getattr(self, "app_state", None))) is None:
+            return super().shutdown()
         runtime.drain()
         self.loop.call_later(runtime.open.grace * CUT_AT + 0.2, super().shutdown)
 
@@ -358,33 +364,30 @@ def server_options(settings: Settings) -> dict[str, Any]:
     }
 
 
-def defer_accept(sock: Any, seconds: float) -> bool:
-    """Set TCP_DEFER_ACCEPT on a listening TCP socket; False where the platform has none."""
-    option = getattr(socket, "TCP_DEFER_ACCEPT", None)
-    if option is None or seconds <= 0 or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return False
-    sock.setsockopt(socket.IPPROTO_TCP, option, math.ceil(seconds))
-    return True
-
-
 class Server(uvicorn.Server):
-    """uvicorn's server; once the app has started, its listening sockets defer silent connections
-    (`defer_accept`, read from the router the lifespan started), and the process's garbage collector
-    is tuned for serving — here, where the router owns the process, not in the app (which a host
-    application may mount)."""
+    """uvicorn's server: once the app has started, its listening sockets defer silent connections, and the
+    garbage collector is tuned for serving (here, where the router owns the process, not in the app a host
+    may mount); at shutdown they close gently unless `handed_over` (another process accepts from them)."""
+
+    handed_over = False
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
-        # private API: uvicorn-server, see docs/architecture.md
-        state = getattr(self.lifespan, "state", None)
-        runtime = state.get("runtime") if isinstance(state, dict) else None
+        # private API: uvicorn-server, see docs/architecture.md (here and in shutdown)
+        runtime = _runtime(getattr(self.lifespan, "state", None))
         if runtime is None or not self.started:
             return
-        for server in self.servers:
-            for sock in server.sockets:
-                defer_accept(sock, runtime.settings.defer_accept)
+        for sock in (sock for server in self.servers for sock in server.sockets):
+            defer_accept(sock, runtime.settings.defer_accept)
         gc.freeze()  # start-up objects (policy, pools, imports) leave the collector's scans: shorter pauses
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])  # fewer young collections (constants.py)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        runtime = _runtime(getattr(self.lifespan, "state", None))
+        if runtime is not None and not self.handed_over:
+            listening = [sock for server in self.servers for sock in server.sockets]
+            await close_gently(listening, runtime.settings.accept_drain, runtime.settings.shutdown_grace)
+        await super().shutdown(sockets)
 
 
 def serve(app: Any, **options: Any) -> None:

@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     shutdown_grace: float = Field(
         5.0, gt=0, description="seconds calls may finish after SIGTERM; streams still open then get an error ending"
     )
+    accept_drain: float = Field(
+        0.2, ge=0, description="seconds after SIGTERM with no connection queued before the port closes (none taken)"
+    )
 
     # what routing is worth (router/core/live/ledger.py, router/store/calls.py)
     ledger_max_sessions: int = Field(

@@ -1,4 +1,4 @@
-"""N worker processes on one port, each with its own listening socket (SO_REUSEPORT).
+"""N worker processes on one port, each accepting from its own listening socket (SO_REUSEPORT).
 
 Why not one socket shared by all workers (uvicorn's own `--workers`): an event loop accepts every
 pending connection at once when its socket becomes readable, so a burst of new keep-alive
@@ -6,14 +6,21 @@ connections goes mostly to whichever worker woke first — measured here: 58 of 
 one of two workers, and no gain from the second. With SO_REUSEPORT each worker listens on its own
 socket and the kernel spreads new connections over them by a hash of their addresses.
 
+The supervisor binds the N sockets once and holds them until it exits; worker i inherits socket i,
+and so does the worker that replaces it. A socket never closes while the port serves, so no
+connection queued on it is lost (the kernel resets those when a listening socket closes): a
+worker that stops only stops accepting, and its successor takes the same queue. At the end
+(SIGTERM) each worker closes its socket gently (router/listening.py: the kernel takes no new
+connection, those queued are served, then it closes).
+
 The supervisor (the `serve` process itself) starts the workers and then only handles signals:
 
   SIGTERM, SIGINT   every worker stops accepting and finishes its calls in flight (uvicorn's
                     graceful shutdown), then the supervisor exits 0
   SIGHUP            rolling restart: each worker in turn is replaced by a new one once the new
-                    one serves (it joins the port's group first; connections still queued on the
-                    old worker's socket when it closes are reset by the kernel)
-  a worker exits    it is replaced, one second later; a worker that fails before it ever served
+                    one serves (it accepts from the old one's socket, which keeps its queue)
+  a worker exits    it is replaced, one second later (its socket holds the connections that
+                    arrive meanwhile); a worker that fails before it ever served
                     (bad TLS files, the app failing to start) stops the whole server instead
 
 Each worker is a fresh interpreter (multiprocessing spawn) running uvicorn with `factory`, the app
@@ -38,9 +45,10 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
 from typing import Any
 
+from router.listening import listening_socket
 from router.metrics import MULTIPROCESS_DIR
 
-__all__ = ["Supervisor", "listening_socket"]
+__all__ = ["Supervisor"]
 
 log = logging.getLogger("router")
 
@@ -49,22 +57,9 @@ STOP_GRACE = 15.0  # s a worker gets past its own graceful shutdown before it is
 RESTART_DELAY = 1.0  # s before a worker that exited is replaced
 
 
-def listening_socket(host: str, port: int, reuse_port: bool = True) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _worker(factory: str, options: dict[str, Any], ready: Event) -> None:
-    """One worker process: its own socket in the port's group, uvicorn serving the app factory."""
+def _worker(factory: str, options: dict[str, Any], sock: socket.socket, ready: Event, final: Event) -> None:
+    """One worker process: uvicorn serving the app factory on `sock`, its slot's socket in the port's
+    group (inherited from the supervisor); `final` is set when the whole server stops."""
     import uvicorn
 
     from router.connections import Server as RouterServer
@@ -76,8 +71,11 @@ def _worker(factory: str, options: dict[str, Any], ready: Event) -> None:
             if self.started and not self.should_exit:
                 ready.set()  # the app has started and the socket listens
 
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            self.handed_over = not final.is_set()  # replaced: the next worker accepts from this socket
+            await super().shutdown(sockets)
+
     config = uvicorn.Config(factory, factory=True, **options)
-    sock = listening_socket(config.host, config.port)
     Server(config).run(sockets=[sock])
 
 
@@ -100,19 +98,22 @@ class Supervisor:
         self._ctx = multiprocessing.get_context("spawn")
         self._workers: list[_Process] = []
         self._signals: list[int] = []
+        self._sockets: list[socket.socket] = []  # one per worker slot, held until the end
+        self._final = self._ctx.Event()
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT; the exit code (0, or 1 when the workers could not start)."""
         host, port = str(self.options.get("host", "127.0.0.1")), int(self.options.get("port", 8000))
         with listening_socket(host, port, reuse_port=False):  # in use (say by another `serve`)? then stop here
             pass
-        with _metrics_dir():
+        with _metrics_dir(), contextlib.ExitStack() as held:
+            self._sockets = [held.enter_context(listening_socket(host, port)) for _ in range(self.count)]
             return self._serve(host, port)
 
     def _serve(self, host: str, port: int) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, lambda signum, _frame: self._signals.append(signum))
-        self._workers = [self._start() for _ in range(self.count)]
+        self._workers = [self._start(slot) for slot in range(self.count)]
         if not all(self._wait_ready(w) for w in self._workers):
             log.error("the workers could not start; stopping")
             self._stop_all()
@@ -134,9 +135,9 @@ class Supervisor:
 
     # -- workers ------------------------------------------------------------------------------
 
-    def _start(self) -> _Process:
+    def _start(self, slot: int) -> _Process:
         ready = self._ctx.Event()
-        args = (self.factory, self.options, ready)
+        args = (self.factory, self.options, self._sockets[slot], ready, self._final)
         process = self._ctx.Process(target=_worker, args=args, name="agent-router worker")
         process.start()
         return _Process(process, ready)
@@ -163,7 +164,7 @@ class Supervisor:
             log.warning("worker %s exited with %s; starting another", worker.pid, worker.process.exitcode)
             _gone(worker)
             time.sleep(RESTART_DELAY)
-            self._workers[i] = self._start()
+            self._workers[i] = self._start(i)
             if not self._wait_ready(self._workers[i]):
                 return False
         return True
@@ -171,7 +172,7 @@ class Supervisor:
     def _reload(self) -> None:
         log.info("SIGHUP: replacing the %d workers one by one", len(self._workers))
         for i, old in enumerate(self._workers):
-            new = self._start()
+            new = self._start(i)
             if not self._wait_ready(new):
                 log.error("a new worker did not start; keeping worker %s and the others, reload stopped", old.pid)
                 self._stop([new])
@@ -185,6 +186,9 @@ class Supervisor:
             if worker.process.is_alive():
                 with contextlib.suppress(OSError):
                     worker.process.terminate()  # SIGTERM: uvicorn's graceful shutdown
+        if self._final.is_set():
+            for sock in self._sockets:
+                sock.close()  # each closes for good with its worker's copy, once nothing is queued on it
         grace = float(self.options.get("timeout_graceful_shutdown") or 0) + STOP_GRACE
         deadline = time.monotonic() + grace
         for worker in workers:
@@ -196,6 +200,7 @@ class Supervisor:
             _gone(worker)
 
     def _stop_all(self) -> None:
+        self._final.set()  # before the signal: the workers close their sockets gently
         self._stop(self._workers)
 
 

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1] / "router"
 FLOORS: dict[int, tuple[str, ...]] = {
     # offline tools and the fake upstream: they may use anything below
     7: ("router.__main__", "router.commands", "router.fake"),
-    6: ("router.app", "router.connections", "router.serve", "router.supervisor"),  # the app, its server and workers
+    6: ("router.app", "router.connections", "router.listening", "router.serve",
+        "router.supervisor"),  # the app, its server, its listening sockets and workers
     5: ("router.api", "router.responses", "router.messages", "router.console"),  # transports, translations, console
     4: ("router.flow",),  # one call's flow
     3: ("router.runtime",),  # what one running proxy owns
