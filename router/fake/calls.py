@@ -206,6 +206,7 @@ async def _serve(request: web.Request, api: str) -> web.StreamResponse:
     st = request.app[STATE]
     raw = await request.read()
     body = st.record(request, raw)
+    st.model_calls += 1
     anthropic = api == "messages"
     if not st.authorized(request, anthropic):
         return error_response(401, "fake upstream: invalid API key", anthropic)

@@ -24,12 +24,13 @@ Endpoints
   GET  /_fake/requests       the last 100 /v1/* requests: method, path, headers (lower-case names),
                              body (parsed JSON), bytes (the body's size); WebSocket messages too
                              (method ``WS``). ``DELETE /_fake/requests`` clears them.
-  GET  /_fake/stats          ``{"requests": N, "streams": N, "open_connections": N, "refused": {...},
-                             "left_early": N, "streaming": N}`` (/v1/* requests, streamed answers, currently
-                             open TCP connections including the caller's, requests refused over reasoning
-                             state by kind, looping streams whose peer left before their end, answers being
-                             streamed now, over HTTP or a WebSocket: a stream whose peer has gone ends at
-                             its next event).
+  GET  /_fake/stats          ``{"requests": N, "model_calls": N, "streams": N, "open_connections": N,
+                             "refused": {...}, "left_early": N, "streaming": N}`` (/v1/* requests, of
+                             them the model calls over HTTP (chat, Messages, Responses POSTs), streamed
+                             answers, currently open TCP connections including the caller's, requests
+                             refused over reasoning state by kind, looping streams whose peer left before
+                             their end, answers being streamed now, over HTTP or a WebSocket: a stream
+                             whose peer has gone ends at its next event).
 
 How a model call is answered — its tool calls and their breakages, determinism, the ``x-fake-fault``
 header, the rate and timing knobs, fast modes, reasoning state: router/fake/calls.py.
@@ -51,7 +52,6 @@ from router.fake.context import prompt_size, render, tokenize
 from router.fake.state import STATE, FakeState
 
 __all__ = ["FakeConfig", "FakeServer", "create_fake_app", "run_fake", "start_fake"]
-
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -146,7 +146,8 @@ async def _stats(request: web.Request) -> web.Response:
     # Exact when served by start_fake; otherwise aiohttp's per-connection handler knows its server.
     server = st.server or getattr(request.protocol, "_manager", None)
     connections = len(server.connections) if server is not None else 1
-    body = {"requests": st.requests, "streams": st.streams, "open_connections": connections, "refused": st.refused,
+    body = {"requests": st.requests, "model_calls": st.model_calls, "streams": st.streams,
+            "open_connections": connections, "refused": st.refused,
             "left_early": st.left_early, "streaming": st.streaming}  # fmt: skip
     return web.Response(body=orjson.dumps(body), headers=calls.JSON_HEADERS)
 

@@ -24,6 +24,7 @@ class FakeState:
         self.rng = random.Random(config.seed)
         self.log: deque[dict[str, Any]] = deque(maxlen=100)
         self.requests = 0
+        self.model_calls = 0  # of them, model calls over HTTP (calls.py): what a router counts as its tiers' calls
         self.streams = 0
         self.left_early = 0  # streams whose peer left before their end (the ``loop`` fault's)
         self.streaming = 0  # answers being streamed now (SSE and WebSocket): begun, not yet ended or cut off
