@@ -15,8 +15,8 @@
                         open-file limit)
     keep_alive_timeout  an idle keep-alive connection is closed (uvicorn's own timer)
     shutdown            the listening sockets close with nothing queued (router/listening.py); one
-                        waiting for a request stays (a close could cross one on its way) till its next
-                        request (`connection: close`) or its timer. uvicorn asks every other connection
+                        waiting for a request stays `shutdown_idle_wait` (a close could cross one on its
+                        way): a request then gets `connection: close`. uvicorn asks every other connection
                         to close: the router then ends the calls and
                         streams still open at 80% of `shutdown_grace` in their API's shape
                         (router/core/live/open_calls.py); a WebSocket-mode connection closes
@@ -202,7 +202,6 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
         _idle: Idle | None = None
         _timer: asyncio.TimerHandle | None = None
         _header_bytes = 0
-        _last = False
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
@@ -225,7 +224,7 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
             if runtime is None or self.transport.is_closing():
                 return
             if self.cycle is not before or self.transport.get_protocol() is not self:  # headers in, or upgraded
-                if self._last and self.cycle is not before:
+                if runtime.open.draining and self.cycle is not before:
                     self.cycle.keep_alive = False  # shutting down: answered with `connection: close`
                 self._disarm()
                 self._header_bytes = 0
@@ -272,6 +271,8 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
                 self._calls.lost()
 
         def timeout_keep_alive_handler(self) -> None:
+            if not self._waiting():  # (at shutdown, `shutdown_idle_wait`) a request came meanwhile
+                return
             if self._runtime is not None and not self.transport.is_closing():
                 self._runtime.metrics.tripped("idle_closed")
             super().timeout_keep_alive_handler()
@@ -279,8 +280,8 @@ def _guarded(base: type[Any], name: str) -> type[Any]:
         def shutdown(self) -> None:
             if self._runtime is not None:
                 self._runtime.drain()
-                if self._waiting() and not self.transport.is_closing():
-                    self._last = True  # a close now could cross a request on its way: see the docstring
+                if self._waiting() and not self.transport.is_closing():  # a close could cross a request
+                    self.loop.call_later(self._runtime.settings.shutdown_idle_wait, self.timeout_keep_alive_handler)
                     return
             super().shutdown()
 
@@ -365,9 +366,9 @@ def server_options(settings: Settings) -> dict[str, Any]:
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server: once the app has started, its listening sockets defer silent connections, and the
-    garbage collector is tuned for serving (here, where the router owns the process, not in the app a host
-    may mount); at shutdown they close gently unless `handed_over` (another process accepts from them)."""
+    """uvicorn's server: its sockets defer silent connections once the app has started, the GC is tuned for
+    serving (here, where the router owns the process, not in an app a host mounts); at shutdown the sockets
+    close gently unless `handed_over` (another process accepts from them)."""
 
     handed_over = False
 

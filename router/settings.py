@@ -143,6 +143,9 @@ class Settings(BaseSettings):
     accept_drain: float = Field(
         0.2, ge=0, description="seconds after SIGTERM with no connection queued before the port closes (none taken)"
     )
+    shutdown_idle_wait: float = Field(
+        0.5, ge=0, description="seconds after SIGTERM an idle connection stays for a last request (connection: close)"
+    )
 
     # what routing is worth (router/core/live/ledger.py, router/store/calls.py)
     ledger_max_sessions: int = Field(

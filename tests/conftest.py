@@ -186,6 +186,9 @@ async def proxy_(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Proxy]
         path = tmp_path / f"policy-{len(running)}.yaml"
         path.write_text(policy_yaml)
         settings.setdefault("reload_policy", False)
+        # a test's teardown stops its proxy: no wait for late connections (tests/test_restart_under_load.py has them)
+        settings.setdefault("accept_drain", 0.0)
+        settings.setdefault("shutdown_idle_wait", 0.0)
         app = create_app(Settings(policy=path, **settings))
         server, task, base = await start_uvicorn(app, **server_options(app.state.runtime.settings))
         running.append((server, task))

@@ -311,7 +311,7 @@ async def test_a_request_through_the_guarded_protocol() -> None:
     runtime = SimpleNamespace(
         settings=SimpleNamespace(max_connections=8, header_timeout=5.0, max_header_bytes=4096),
         metrics=SimpleNamespace(tripped=tripped.append),
-        open=SimpleNamespace(drain=lambda: None),
+        open=SimpleNamespace(drain=lambda: None, draining=False),
     )
     state = ServerState()
     protocol = GuardedHttpTools(
