@@ -40,13 +40,18 @@ async def root(request: Request) -> Response:
 
 @endpoint
 async def healthz(request: Request) -> Response:
+    """Alive (200 once started): `ok`, or `degraded` with the store's state — unusable since start-up, or
+    lost while serving (a Redis outage: since when, why, counters waiting)."""
     runtime = runtime_of(request)
     holder = runtime.policy
-    unusable = runtime.store.unusable
-    status = "starting" if not runtime.ready else "degraded" if unusable else "ok"
-    body = {"status": status, "policy_version": holder.version}
+    store = runtime.store
+    unusable = store.unusable
+    status = "starting" if not runtime.ready else "degraded" if unusable or not store.healthy else "ok"
+    body: dict[str, object] = {"status": status, "policy_version": holder.version}
     if unusable:
-        body["store"] = f"the {runtime.store.backend} store cannot be used: {unusable}; nothing is counted"
+        body["store"] = f"the {store.backend} store cannot be used: {unusable}; nothing is counted"
+    elif not store.healthy:
+        body["store"] = store.health()
     if holder.last_error:
         body["policy_error"] = "the policy file on disk is invalid; the previous version is in use"
     return _json(body, 200 if runtime.ready else 503)
@@ -54,12 +59,17 @@ async def healthz(request: Request) -> Response:
 
 @endpoint
 async def readyz(request: Request) -> Response:
-    """Ready for traffic: started, and the store can be used (503 while degraded)."""
+    """Ready for traffic: started, and the store could be used once (503 until then). A store lost while
+    serving (Redis gone) leaves the replica ready — it answers every call — with `"store"` saying so:
+    replicas sharing one Redis would otherwise all leave the load balancer at once (docs/operations.md)."""
     runtime = runtime_of(request)
-    ready = runtime.ready and not runtime.store.unusable
-    body = {"status": "ready" if ready else "degraded" if runtime.ready else "starting"}
-    if runtime.store.unusable:
-        body["store"] = runtime.store.unusable
+    store = runtime.store
+    ready = runtime.ready and not store.unusable
+    body: dict[str, object] = {"status": "ready" if ready else "degraded" if runtime.ready else "starting"}
+    if store.unusable:
+        body["store"] = store.unusable
+    elif not store.healthy:
+        body["store"] = store.health()
     return _json(body, 200 if ready else 503)
 
 

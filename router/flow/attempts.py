@@ -367,9 +367,10 @@ class Attempts(Account):
             self.record.escalated(self.tier)
         self.tier = tier
 
-    def delivered(self, tier: str, message: Mapping[str, Any]) -> None:
-        """`tier`'s answer (or the held one) goes to the client: recorded and offered (`Record.delivered`)."""
-        self.record.delivered(self.policy, tier, message, self.seen)
+    async def delivered(self, tier: str, message: Mapping[str, Any]) -> None:
+        """`tier`'s answer (or the held one) goes to the client: recorded and offered (`Record.delivered`),
+        its tool calls in the store before the answer's end is sent."""
+        await self.record.delivered(self.policy, tier, message, self.seen)
         self.held = None  # a sign's sample answered, or the held answer is this one
         if self.sample is Sample.ON:  # the sample's answer, or (a sign's sample failed) the one it was to better
             answered = self.resampling is not None and tier == self.resampling.tier

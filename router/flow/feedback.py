@@ -56,9 +56,11 @@ async def read(store: Store, metrics: Metrics, call: Call, policy: Policy) -> Fe
             ]
         )
         metrics.observe_agent_errors(failed)
-        if sticky:
-            await store.sticky_set(call.session.id, policy.escalation.chain[-1], sticky)
         log.info("session %s: agent reported %d failed tool call(s)", call.session.id[:16], len(failed))
+        if sticky:  # this call is the first of the sticky ones, when the policy routes it: no round trip
+            to, routed = policy.escalation.chain[-1], routed_by_policy(call.features, policy)
+            await store.sticky_set(call.session.id, to, sticky - 1 if routed else sticky)
+            return Feedback(to if routed else None, len(failed))
     if not sticky or not routed_by_policy(call.features, policy):
         return Feedback(None, len(failed))
     tier = await store.sticky_take(call.session.id)

@@ -12,7 +12,8 @@
         salvage(answer)                     a call written as text → a tool call (router/flow/salvage.py)
         step = attempts.judge(answer)       validate.check → record → a `Step` (router/flow/steps.py)
         step = attempts.verify(answer)      the route's verifier (router/core/checks/verify.py)
-        Deliver → attempts.delivered(answer), done; Retry → (backoff) again; Fail → its error
+        Deliver → attempts.delivered(answer) (its tool calls in the store first), done;
+        Retry → (backoff) again; Fail → its error
 
 A tier that speaks the client's own API (an `anthropic/*` tier for /v1/messages) gets the client's
 request itself (`Call.native`) and answers in it; the checks read the chat equivalent it comes with.
@@ -277,10 +278,10 @@ async def _reply(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIt
         if step == DELIVER:
             step = await attempts.verify(tier, body, choice)
         if step == DELIVER:
-            attempts.delivered(tier, choice.get("message") or {})
+            await attempts.delivered(tier, choice.get("message") or {})
             yield reply
     if isinstance(step, Deliver) and (held := step.held) is not None:
-        attempts.delivered(held.tier, held.message)
+        await attempts.delivered(held.tier, held.message)
         yield held.answer
     yield step
 
@@ -353,9 +354,9 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
         if step == DELIVER:
             step = await attempts.verify(tier, body, {"message": message, "finish_reason": gate.finish_reason})
         if step == DELIVER:
-            attempts.delivered(tier, message)
+            await attempts.delivered(tier, message)
     if isinstance(step, Deliver) and (held := step.held) is not None:  # a sign's sample failed
-        attempts.delivered(held.tier, held.message)
+        await attempts.delivered(held.tier, held.message)
         gate = held.answer
     if isinstance(step, Deliver):
         # the answer passed: nothing but the stream's end follows, which the transport writes with these

@@ -14,7 +14,8 @@ down and tells what it decided — every side effect of a call's flow is a metho
     looped(tier)                    `tier`'s answer went round in a loop and was stopped
     verdict(...)                    the route's verifier's verdict; `rejected(tier, tool)` when no
     delivered(tier, message, ...)   the tool calls the client got (to attribute errors it reports
-                                    later); the answer offered to warm-ups and shadow mode
+                                    later; awaited: in the store before the answer ends); the
+                                    answer offered to warm-ups and shadow mode
     sampled, repeat, exhausted, remembered, refused, window, context: the flow's own counts
 """
 
@@ -147,10 +148,12 @@ class Record:
         self.parts.metrics.observe_speed(tier, speed.served, speed.fallback)
 
     # -- the call's end ---------------------------------------------------------------------------
-    def delivered(self, policy: Policy, tier: str, message: Mapping[str, Any], seen: Seen) -> None:
-        """Remember the tool calls the client got, to attribute errors it reports later; let the
-        session's other tiers read the answer ahead; forget the request if it was remembered as
-        exhausted; offer the answer to the route's shadow mode."""
+    async def delivered(self, policy: Policy, tier: str, message: Mapping[str, Any], seen: Seen) -> None:
+        """Remember the tool calls the client got, to attribute errors it reports later — awaited
+        before the answer's end is sent, so that an error reported at once finds them on any replica
+        (a Redis store waits `store_routed_wait` at most: router/store/routed.py); let the session's
+        other tiers read the answer ahead; forget the request if it was remembered as exhausted;
+        offer the answer to the route's shadow mode."""
         calls = [
             RoutedCall(
                 str(c.get("id", "")),
@@ -162,13 +165,13 @@ class Record:
             for c in message.get("tool_calls") or ()
             if c.get("id")
         ]
-        if calls:
-            self.parts.background(self.parts.store.routed_put(self.call.session.id, calls))
         # the session's next turn starts with this answer: the other tiers read it in the background
         self.parts.warming.offer(policy, self.call.session, self.call.body, tier, message)
         if seen.key is not None:  # its shape was remembered: if the request was, it is forgotten
             self.parts.repeats.answered(seen)
         self.parts.shadow.offer(policy, self.route, self.call.body, tier, message)  # maybe, in the background
+        if calls:
+            await self.parts.store.routed_put(self.call.session.id, calls)
 
     # -- the flow's own counts ----------------------------------------------------------------------
     def sampled(self, why: str, how: str) -> None:

@@ -255,6 +255,15 @@ class Store(Protocol):
     def dropped(self) -> int:
         """Events lost because the local buffer was full (the store was down or too slow)."""
 
+    @property
+    def healthy(self) -> bool:
+        """False while the backend cannot be reached (since start-up, or since it was lost): calls are
+        served on, counters wait in the bounded buffer; true again at its first answer."""
+
+    def health(self) -> dict[str, Any]:
+        """While not `healthy`: {"backend", "healthy": false, "since" (unix time), "error", "pending",
+        "dropped"} — what /readyz, /healthz and the stats say of it."""
+
     async def start(self) -> None: ...
 
     async def close(self) -> None:
@@ -268,8 +277,9 @@ class Store(Protocol):
 
     async def stats(self, window_seconds: float | None = None) -> dict[str, Any]:
         """Counters in the stats shape, over the last `window_seconds` (whole buckets) or all
-        time, plus `"store": {"backend", "pending", "dropped", "healthy"}`. Never raises: when the
-        backend is unreachable the counters are empty and `healthy` is false."""
+        time, plus `"store": {"backend", "pending", "dropped", "healthy"}` (and, while not healthy,
+        `"since"`, `"error"`). Never raises: when the backend is unreachable the counters are empty and
+        `healthy` is false."""
 
     async def series(self, since: float, bucket: int = BUCKET_SECONDS) -> list[SeriesRow]:
         """(bucket start, tier, route, tool, kind, count) rows from `since` on, oldest first, for
@@ -282,7 +292,10 @@ class Store(Protocol):
         """If the session is sticky, use up one of its calls and return the tier (atomic)."""
 
     async def routed_put(self, session: str, calls: Sequence[RoutedCall]) -> None:
-        """Remember calls (the last `max_routed_per_session` per session; a re-put call is newest)."""
+        """Remember calls (the last `max_routed_per_session` per session; a re-put call is newest). This
+        process knows them at once; returns once every process sharing the store can find them — Redis:
+        or after `routed_wait` seconds, the write going on (router/store/routed.py). Awaited before the
+        answer carrying them ends, so that an error the agent reports at once is never missed."""
 
     async def routed_get(self, session: str, call_id: str) -> RoutedCall | None: ...
 

@@ -30,7 +30,6 @@ from router.store.options import StoreOptions
 log = logging.getLogger("router.store")
 
 
-
 class Batch:
     __slots__ = ("counts", "events", "id")
 
@@ -105,6 +104,7 @@ class BufferedStore(ABC):
         self._healthy = True
         self.unusable: str | None = None  # why it could not be opened, until it has been (Store.unusable)
         self._error = ""  # the last failure, while unhealthy (stats' "store": {"error"})
+        self._since = 0.0  # unix time it became unhealthy (stats' "store": {"since"})
         self._retry_at = 0.0  # while unhealthy, session calls give up at once until this time
         self._closing = False
         self._flusher: asyncio.Task[None] | None = None
@@ -156,14 +156,19 @@ class BufferedStore(ABC):
         info = store_info(self.backend, pending=self.pending, dropped=self.dropped, healthy=self._healthy)
         info.update(buffer_keys=self._buf.keys, buffer_limit=self._buf.limit)
         if not self._healthy:
-            info["error"] = self._error
+            info.update(since=round(self._since, 3), error=self._error)
         return info
+
+    def health(self) -> dict[str, Any]:
+        """What /readyz and /healthz say of the store while it is degraded: since when, why, what waits."""
+        return {"backend": self.backend, "healthy": False, "since": round(self._since, 3), "error": self._error,
+                "pending": self.pending, "dropped": self.dropped}  # fmt: skip
 
     def record(self, events: Sequence[Event]) -> None:
         try:
             self._buf.add(events)
-            if self._buf.pending_events >= self.options.flush_events:
-                self._wake.set()
+            if self._buf.pending_events >= self.options.flush_events and self._healthy:
+                self._wake.set()  # not while down: the flusher tries again on its own time, never in a spin
         except Exception:  # never raise into the request path
             log.debug("store.record failed", exc_info=True)
 
@@ -204,6 +209,7 @@ class BufferedStore(ABC):
         self._error = f"{what} failed: {self._describe(exc)}"
         if self._healthy:
             self._healthy = False
+            self._since = time.time()
             log.warning(
                 "%s store unavailable (%s: %s); serving on, buffering counters (%d pending)",
                 self.backend,
@@ -216,7 +222,8 @@ class BufferedStore(ABC):
         self.unusable = None
         if not self._healthy:
             self._healthy = True
-            log.warning("%s store reachable again", self.backend)
+            log.warning("%s store reachable again after %.1f s (%d events to write)", self.backend,
+                        time.time() - self._since, self._buf.events)  # fmt: skip
 
     def _spawn_flush(self) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(self._flush_now())

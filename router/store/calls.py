@@ -275,3 +275,27 @@ async def redis_sessions(reader: Redis, prefix: str, limit: int, options: StoreO
         return []
     found = await reader.zrevrangebyscore(f"{prefix}cs", "+inf", _fresh(options), start=0, num=limit)
     return [str(s) for s in cast(list[str], found)]
+
+
+async def redis_watch(url: str, prefix: str, origin: str) -> AsyncIterator[CallRecord]:
+    """Every replica's calls but `origin`'s, from the live channel: its own connection (a
+    subscription holds one), subscribed again after a loss with a growing wait (tenacity)."""
+    from redis.asyncio import Redis
+    from redis.exceptions import RedisError
+    from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
+
+    retrying = AsyncRetrying(
+        wait=wait_exponential_jitter(multiplier=0.5, max=10.0), retry=retry_if_exception_type((RedisError, OSError))
+    )
+    async for attempt in retrying:
+        with attempt:
+            listener = Redis.from_url(url, decode_responses=True, socket_connect_timeout=2.0)
+            try:
+                async with listener.pubsub() as pubsub:
+                    await pubsub.subscribe(redis_channel(prefix))
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            for record in from_batch(message["data"], origin):
+                                yield record
+            finally:
+                await listener.aclose()

@@ -122,6 +122,10 @@ class MemoryStore(Sessions):
         self._responses = MemoryTable(self.options.responses_max_rows)  # response state
 
     unusable: str | None = None  # nothing to open
+    healthy = True  # nothing to lose
+
+    def health(self) -> dict[str, Any]:
+        return store_info(self.backend)
 
     @property
     def dropped(self) -> int:

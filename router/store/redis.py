@@ -19,7 +19,13 @@ nor counted twice: exactly once, where MULTI/EXEC + retry would give at-least-on
 
 The client uses short socket timeouts and one immediate retry (a pooled connection can be stale
 after a Redis restart). While Redis is down, calls keep being served: counters wait in the
-bounded local buffer and session calls answer None at once until the next probe succeeds.
+bounded local buffer and session calls answer None at once (for a second at most, then one tries).
+Counters, routed tool calls and sticky sessions are written on two connections of their own; in the
+request path's pool (`max_connections`) a wait past `op_timeout / 2` counts as `busy`, never as an
+outage. While down, the flusher tries again every `flush_interval` (never in a spin), and the first
+answer from Redis — a flush, a probe, any session call — marks the store healthy: a replica heals
+within about a second of Redis' return, its counters written exactly once, with no restart.
+Routed tool calls: router/store/routed.py.
 """
 
 from __future__ import annotations
@@ -37,10 +43,9 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
 from router.constants import BUCKET_SECONDS
-from router.store import calls, responses, samples
+from router.store import calls, responses, routed, samples
 from router.store.base import (
     CounterKey,
     RoutedCall,
@@ -57,17 +62,13 @@ from router.store.coalesce import Coalescer
 from router.store.options import StoreOptions
 from router.store.redis_scripts import APPLY_BATCH, ROUTED_PUT, STICKY_TAKE
 from router.store.responses import Outcome, ResponseChain, ResponseRecord, StoreUnreachable
-from router.store.urls import redact_url, url_secrets
+from router.store.urls import redact_url, url_secrets, without_option
 
 __all__ = ["RedisStore", "redact_url"]
 
 log = logging.getLogger("router.store")
 T = TypeVar("T")
 MARKER_TTL = 24 * 3600  # s; a marker only has to outlive the retries of its own batch
-ROUTED_DELAY = 0.005  # s; routed tool calls of calls ending this close together share a round trip
-
-def _routed(call_id: str, raw: str | bytes | None) -> RoutedCall | None:
-    return None if raw is None else RoutedCall(call_id, *json.loads(raw))
 
 
 def _field(key: CounterKey) -> str:
@@ -112,30 +113,34 @@ class RedisStore(BufferedStore):
                 "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
                 "health_check_interval": 0,
             }
-            pool = BlockingConnectionPool.from_url(
-                url,
-                socket_timeout=socket_timeout,
-                max_connections=max_connections,
-                timeout=op_timeout / 2,  # waiting for a free pooled connection
-                **common,
+            pool = BlockingConnectionPool.from_url(  # waits op_timeout / 2 at most for a free connection
+                url, socket_timeout=socket_timeout, max_connections=max_connections, timeout=op_timeout / 2, **common
             )
+            # Counters, routed tool calls and sticky sessions: writes that must land, on two connections of
+            # their own, so that a request path using every pooled connection neither delays them nor
+            # makes a counter flush look like an outage (the store "down" while Redis is healthy).
+            writes = BlockingConnectionPool.from_url(
+                without_option(url, "max_connections"), socket_timeout=socket_timeout, max_connections=2,
+                timeout=op_timeout / 2, **common,
+            )  # fmt: skip
             # redis-py's socket_timeout bounds reading a whole reply, and parsing a big HGETALL
             # in pure Python can take longer than a request-path budget: reads get their own pool.
             readers = BlockingConnectionPool.from_url(
-                url,
-                socket_timeout=read_timeout,
-                max_connections=4,
-                timeout=read_timeout,
-                **common,
+                url, socket_timeout=read_timeout, max_connections=4, timeout=read_timeout, **common
             )
         except (ValueError, TypeError):
             raise ValueError(f"invalid Redis store URL {self.url}") from None
         self._redis = Redis.from_pool(pool)  # owns the pool: aclose() disconnects it
+        self._writes = Redis.from_pool(writes)
         self._reader = Redis.from_pool(readers)
         self._apply = self._redis.register_script(APPLY_BATCH)
         self._take = self._redis.register_script(STICKY_TAKE)
         self._put = self._redis.register_script(ROUTED_PUT)
-        self._routed: Coalescer[list[str | int]] = Coalescer(self._routed_put_many, delay=ROUTED_DELAY)
+        # routed tool calls: known here at once, in Redis before their answer ends (router/store/routed.py);
+        # the puts that arrive while one is written go out together in the next round trip
+        self._routed: Coalescer[routed.Put] = Coalescer(self._routed_put_many)
+        self._recent = routed.Recent()
+        self._puts: set[asyncio.Task[None]] = set()
         self._samples_put = self._redis.register_script(samples.REDIS_PUT)  # shadow samples
         self._calls_put = self._redis.register_script(calls.REDIS_PUT)  # the call log
         self._responses_put = self._redis.register_script(responses.REDIS_PUT)  # response state
@@ -155,12 +160,15 @@ class RedisStore(BufferedStore):
 
     async def _call(self, what: str, fn: Callable[[], Awaitable[T]], limit: float | None = None) -> T | None:
         """One Redis call: skipped while Redis is known down, bounded in time (`op_timeout`
-        unless `limit` is given), None (and a WARNING without secrets) on failure."""
+        unless `limit` is given), None (and a WARNING without secrets) on failure; an answer marks
+        the store healthy again."""
         if not self._session_ok():
             return None
         try:
             async with asyncio.timeout(self.op_timeout if limit is None else limit):
-                return await fn()
+                done = await fn()
+            self._mark_up()  # Redis answered: session calls go on at once, whatever the flusher knows yet
+            return done
         except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError) as exc:
             if isinstance(exc.__cause__, TimeoutError) and isinstance(exc, RedisConnectionError):
                 self.busy += 1  # the pool's wait for a free connection timed out: overload, not outage
@@ -176,7 +184,7 @@ class RedisStore(BufferedStore):
         await self._redis.ping()
 
     async def _probe(self) -> None:
-        await self._redis.ping()
+        await self._writes.ping()
 
     async def _write(self, batch: Batch) -> None:
         by_bucket: dict[int, list[str]] = {}
@@ -195,16 +203,19 @@ class RedisStore(BufferedStore):
         for bucket, fields in sorted(by_bucket.items()):
             keys.append(f"{p}c:{bucket}")
             argv += [bucket, len(fields) // 2, *fields]
-        applied = await self._apply(keys=keys, args=argv)
+        applied = await self._apply(keys=keys, args=argv, client=self._writes)
         if not applied:
             self.deduplicated += 1
             log.info("redis store: batch %s was already applied; not counted again", batch.id)
         self._last_marker = marker
 
     async def _release(self) -> None:
+        if self._puts:  # routed calls still being written: a bounded wait
+            await asyncio.wait(self._puts, timeout=self.op_timeout)
         try:
             await self._redis.aclose()
         finally:
+            await self._writes.aclose()
             await self._reader.aclose()
 
     # -- counters ---------------------------------------------------------------------------
@@ -250,9 +261,9 @@ class RedisStore(BufferedStore):
 
         async def put() -> None:
             if calls <= 0:
-                await self._redis.delete(key)
+                await self._writes.delete(key)
                 return
-            async with self._redis.pipeline(transaction=True) as pipe:
+            async with self._writes.pipeline(transaction=True) as pipe:
                 pipe.hset(key, mapping={"tier": tier, "left": calls})
                 pipe.pexpire(key, self._ttl_ms())
                 await pipe.execute()
@@ -267,45 +278,67 @@ class RedisStore(BufferedStore):
         return await self._call("sticky_take", take)
 
     async def routed_put(self, session: str, calls: Sequence[RoutedCall]) -> None:
-        """Coalesced: the puts of calls that end together go to Redis in one pipeline."""
+        """Known to this process at once; returns once written to Redis (coalesced: the puts of calls
+        that end together share one round trip), or after `routed_wait` seconds, the write going on
+        (router/store/routed.py)."""
+        if not calls:
+            return
         keep = self.options.max_routed_per_session
-        if calls:
-            args: list[str | int] = [f"{self.prefix}r:{session}", f"{self.prefix}rl:{session}", keep, self._ttl_ms()]
-            args += [x for c in calls[-keep:] for x in (c.call_id, json.dumps([c.tier, c.route, c.tool, c.arguments]))]
-            await self._routed.put(args)
+        put = routed.Put(routed.put_args(self.prefix, session, calls, keep, self._ttl_ms()))
+        put.task = asyncio.ensure_future(self._routed.put(put))  # its own task: a caller gone leaves it running
+        self._puts.add(put.task)
+        put.task.add_done_callback(self._puts.discard)
+        self._recent.add(session, calls[-keep:], put)
+        await asyncio.wait({put.task}, timeout=self.options.routed_wait)
 
-    async def _routed_put_many(self, batch: list[list[str | int]]) -> None:
-        async def put() -> None:
+    async def _routed_put_many(self, batch: list[routed.Put]) -> None:
+        async def write() -> bool:
             for attempt in (1, 2):
                 try:
-                    async with self._redis.pipeline(transaction=False) as pipe:
-                        for args in batch:  # EVALSHA without the pipeline's own SCRIPT EXISTS round trip
-                            pipe.evalsha(self._put.sha, 2, *args)
+                    async with self._writes.pipeline(transaction=False) as pipe:
+                        for put in batch:  # EVALSHA without the pipeline's own SCRIPT EXISTS round trip
+                            pipe.evalsha(self._put.sha, 2, *put.args)
                         await pipe.execute()
-                    return
+                    return True
                 except NoScriptError:  # Redis restarted and lost its scripts: load once, again
                     if attempt == 2:
                         raise
-                    await self._redis.script_load(ROUTED_PUT)
+                    await self._writes.script_load(ROUTED_PUT)
+            return False
 
-        await self._call("routed_put", put)
+        if await self._call("routed_put", write):
+            for put in batch:
+                put.ok = True
+
+    async def _landed(self, known: routed.Known | None) -> None:
+        """The call's own write first (bounded): Redis then says whether another replica took it."""
+        if known is not None and known.put.task is not None and known.put.pending:
+            await asyncio.wait({known.put.task}, timeout=self.op_timeout)
 
     async def routed_get(self, session: str, call_id: str) -> RoutedCall | None:
-        async def get() -> RoutedCall | None:
-            return _routed(call_id, await self._redis.hget(f"{self.prefix}r:{session}", call_id))
+        known = self._recent.get(session, call_id)
+        await self._landed(known)
 
-        return await self._call("routed_get", get)
+        async def get() -> tuple[str | None]:
+            return (cast(str | None, await self._redis.hget(f"{self.prefix}r:{session}", call_id)),)
+
+        found = await self._call("routed_get", get)
+        return routed.decide(known, found is not None, routed.routed(call_id, found[0]) if found else None)
 
     async def routed_take(self, session: str, call_id: str) -> RoutedCall | None:
-        async def take() -> RoutedCall | None:
+        known = self._recent.take(session, call_id)
+        await self._landed(known)
+
+        async def take() -> tuple[str | None]:
             key = f"{self.prefix}r:{session}"
-            async with self._redis.pipeline(transaction=True) as tx:  # MULTI: read and delete as one
+            async with self._writes.pipeline(transaction=True) as tx:  # MULTI: read and delete as one
                 tx.hget(key, call_id)
                 tx.hdel(key, call_id)
                 raw, _ = await tx.execute()
-            return _routed(call_id, raw)
+            return (raw,)
 
-        return await self._call("routed_take", take)
+        found = await self._call("routed_take", take)
+        return routed.decide(known, found is not None, routed.routed(call_id, found[0]) if found else None)
 
     # -- the call log (router/store/calls.py) ---------------------------------------------------
 
@@ -314,25 +347,8 @@ class RedisStore(BufferedStore):
         args = calls.redis_put_args(self.prefix, records, self.options, origin)
         await self._call("calls_put", lambda: self._calls_put(keys=keys, args=args))
 
-    async def calls_watch(self, origin: str) -> AsyncIterator[CallRecord]:
-        """Every replica's calls but `origin`'s, from the live channel: its own connection (a
-        subscription holds one), subscribed again after a loss with a growing wait (tenacity)."""
-        channel = calls.redis_channel(self.prefix)
-        retrying = AsyncRetrying(
-            wait=wait_exponential_jitter(multiplier=0.5, max=10.0), retry=retry_if_exception_type((RedisError, OSError))
-        )
-        async for attempt in retrying:
-            with attempt:
-                listener = Redis.from_url(self._url, decode_responses=True, socket_connect_timeout=2.0)
-                try:
-                    async with listener.pubsub() as pubsub:
-                        await pubsub.subscribe(channel)
-                        async for message in pubsub.listen():
-                            if message.get("type") == "message":
-                                for record in calls.from_batch(message["data"], origin):
-                                    yield record
-                finally:
-                    await listener.aclose()
+    def calls_watch(self, origin: str) -> AsyncIterator[CallRecord]:
+        return calls.redis_watch(self._url, self.prefix, origin)
 
     async def calls_get(self, session: str, limit: int) -> list[CallRecord]:
         def get() -> Awaitable[list[CallRecord]]:

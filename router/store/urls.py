@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
-__all__ = ["redact_url", "url_secrets"]
+__all__ = ["redact_url", "url_secrets", "without_option"]
 
 
 def redact_url(url: str) -> str:
@@ -31,3 +31,10 @@ def url_secrets(url: str) -> list[str]:
     except ValueError:
         return []
     return sorted({x for s in found if s for x in (s, unquote(s))}, key=len, reverse=True)
+
+
+def without_option(url: str, name: str) -> str:
+    """The URL without the query option `name` (redis-py lets the URL's options win over its arguments)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != name]
+    return parts._replace(query=urlencode(query)).geturl()

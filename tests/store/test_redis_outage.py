@@ -65,11 +65,12 @@ async def test_outage_keeps_serving_and_replays_exactly(
     server.kill()  # SIGKILL: no goodbye
     phase = "during"
     slowest_session = 0.0
-    for _ in range(20):  # session calls fail fast: an answer (None) well before any socket timeout
+    c1 = RoutedCall("c1", "fast", "r", "t")
+    for i in range(20):  # session calls fail fast: an answer (None) well before any socket timeout
         t0 = time.perf_counter()
         assert await store.sticky_take("s") is None
-        assert await store.routed_get("s", "c1") is None
-        await store.routed_put("s", [RoutedCall("c1", "fast", "r", "t")])
+        assert await store.routed_get("s", "c1") == (None if i == 0 else c1)  # put here: known here all along
+        await store.routed_put("s", [c1])
         await store.sticky_set("s", "full", 3)
         slowest_session = max(slowest_session, time.perf_counter() - t0)
         await asyncio.sleep(0.05)
@@ -165,7 +166,7 @@ async def test_password_never_logged_or_raised(caplog: pytest.LogCaptureFixture)
         assert await store.sticky_take("s") is None
         await asyncio.sleep(0.6)  # past the fail-fast window: really try (and fail) again
     await store.routed_put("s", [RoutedCall("c", "fast", "r", "t")])
-    assert await store.routed_get("s", "c") is None
+    assert await store.routed_get("s", "c") == RoutedCall("c", "fast", "r", "t")  # known in process, not in Redis
     stats = await store.stats()
     await store.close()
     errors.append(repr(store))
@@ -225,5 +226,56 @@ async def test_stalls_give_every_connection_back(redis_server_factory: Callable[
         assert await store.sticky_take("after") == "full"
         await store.calls_put([CallRecord("c-after", "after", time.time(), {"tier": "fast"})], "here")
         assert [r.id for r in await store.calls_get("after", 5)] == ["c-after"]
+    finally:
+        await store.close()
+
+
+async def test_a_busy_pool_is_not_an_outage(redis_server_factory: Callable[[int], RedisServer]) -> None:
+    """Every connection of the request path's pool in use (one here, taken from it) is load,
+    not an outage: counters are flushed and a routed call is written on the store's own connections,
+    and the store stays healthy. With the flusher on the shared pool, its write found no connection
+    ("No connection available") and marked the store down — every session call then skipped for a
+    second, over and over under load (this test failed so)."""
+    server = redis_server_factory(free_port())
+    server.start()
+    store = RedisStore(server.url + "?max_connections=1", prefix="busy:", options=StoreOptions(flush_interval=0.05))
+    await store.start()
+    pool = store._redis.connection_pool
+    try:
+        held = await pool.get_connection()  # the pool's one connection, in use meanwhile
+        try:
+            store.record([Event("fast", "r")] * 3)
+            await store.flush()
+            await store.routed_put("s", [RoutedCall("c", "fast", "r", "t")])
+            assert store.healthy and store.pending == 0, store.store_info()
+        finally:
+            await pool.release(held)
+        assert (await store.stats())["tiers"]["fast"]["calls"] == 3
+        assert await store.routed_take("s", "c") == RoutedCall("c", "fast", "r", "t")
+    finally:
+        await store.close()
+
+
+async def test_no_flush_spins_while_redis_is_down() -> None:
+    """Events pile up past `flush_events` while Redis is down: the flusher tries again every
+    `flush_interval`, not on every event recorded (it did: a write per `record()`, hundreds a second)."""
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", prefix="spin:",
+                       options=StoreOptions(flush_interval=0.2, flush_events=10))  # fmt: skip
+    writes = 0
+    write = store._write
+
+    async def counted(batch: Any) -> None:
+        nonlocal writes
+        writes += 1
+        await write(batch)
+
+    store._write = counted  # type: ignore[method-assign]
+    await store.start()
+    try:
+        for i in range(200):  # 1 s of events, past flush_events all along
+            store.record([Event("fast", f"r{i % 20}")] * 5)
+            await asyncio.sleep(0.005)
+        assert not store.healthy and store.pending == 1000
+        assert writes <= 8, f"{writes} writes in 1 s while down"
     finally:
         await store.close()
