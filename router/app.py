@@ -195,7 +195,7 @@ def store_options(settings: Settings) -> StoreOptions:
     options = StoreOptions(
         responses_max_entry_bytes=settings.responses_store_max_entry_bytes,
         responses_max_rows=settings.responses_store_max_rows,
-        routed_wait=settings.store_routed_wait,
+        write_wait=settings.store_write_wait,
     )
     ttl = settings.responses_store_ttl  # 0: responses are not stored (ResponseState gets no store)
     return dataclasses.replace(options, responses_ttl=ttl) if ttl > 0 else options

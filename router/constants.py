@@ -40,6 +40,7 @@ GC_YOUNG_THRESHOLD = 20_000
 ADAPTIVE_INTERVAL = 2.0  # seconds between re-reads of the mistake rates adaptive routes follow
 POLICY_DEBOUNCE_MS = 200  # a policy file that changes again within this is read once (editors write twice)
 RETIRE_GRACE = 30.0  # seconds a replaced tier's client stays open for calls still using it
+TASKS_STOP_WAIT = 2.0  # seconds a closing runtime waits for its background tasks to end once cancelled
 # seconds after which a tier's context window is asked of its server again, by the next call (never while
 # idle): a server that came up after the router, or was restarted with another context, is seen within it
 CONTEXT_REFRESH = 60.0

@@ -16,6 +16,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from router.constants import TASKS_STOP_WAIT
 from router.core.checks.validate import Validator
 from router.core.checks.verify import VerdictCache
 from router.core.live.adaptive import AdaptiveState
@@ -105,7 +106,8 @@ class Runtime:
         self.lanes = Lanes(self._count_lane)  # calls in flight per lane, lane views of the policy
         cache = ResponseCache(settings.responses_cache_entries, settings.responses_cache_bytes)
         durable = settings.responses_store_ttl > 0 and store.backend != "memory"  # memory:// adds nothing
-        self.responses = ResponseState(cache, store if durable else None, self.metrics)  # previous_response_id
+        # previous_response_id: a response's history, and its end held until a replica elsewhere finds it
+        self.responses = ResponseState(cache, store if durable else None, self.metrics, settings.store_write_wait)
         self.ledger = Ledger(settings.ledger_max_sessions)  # what calls cost against the baseline
         self.feed = Feed()  # finished calls, pushed to the console's viewers
         self._calls: deque[CallRecord] = deque()  # finished calls not yet in the store's call log
@@ -201,9 +203,13 @@ class Runtime:
 
     async def close(self) -> None:
         self.ready = False
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if tasks:  # bounded: a task that swallowed its cancellation must not hold the exit
+            _, stuck = await asyncio.wait(tasks, timeout=TASKS_STOP_WAIT)
+            for task in stuck:
+                log.warning("a background task did not stop within %.0f s: %s", TASKS_STOP_WAIT, task.get_name())
         self.feed.close()
         await self._flush_calls()  # the calls not yet in the store's call log
         await self.responses.close()  # what is still queued for the store

@@ -53,8 +53,8 @@ class Settings(BaseSettings):
     store_prefix: str = Field(
         "agent-router:", min_length=1, description="key prefix in a Redis store; replicas sharing state use the same"
     )
-    store_routed_wait: float = Field(
-        0.1, ge=0, description="seconds an answer's end waits for its tool calls to reach a Redis store (then: goes)"
+    store_write_wait: float = Field(
+        0.1, ge=0, description="seconds an answer's end waits for its tool calls and response to reach the store"
     )
     ws_enabled: bool = Field(
         True, description="the Responses WebSocket mode; false: its handshake is answered 426, clients use HTTP"

@@ -45,9 +45,10 @@ async def create(request: Request) -> Response:
         turn = turns.prepare(body, headers, prev, stream=stream, native=native)
         echoed = turns.turn_state(headers)  # Codex's x-codex-turn-state, sent back
 
-        def save(entry: Stored) -> None:
+        async def save(entry: Stored) -> None:
             if turn.store:
                 state.put(turn.id, entry)
+                await state.written(turn.id)  # a follow-up sent at once to another replica finds it
 
         if stream:
             try:

@@ -291,14 +291,15 @@ class Connection:
         except RouterError as exc:
             return await self.failed(exc, stream)
 
-        def save(entry: Stored) -> None:
+        async def save(entry: Stored) -> None:
             self.cache.put(turn.id, entry)
             if turn.store:
                 self.shared.put(turn.id, entry)
+                await self.shared.written(turn.id)  # a follow-up sent at once to another replica finds it
 
         if event.get("generate") is False:
             upstream = await turns.prewarm(self.runtime, turn)  # a tier's own socket: warmed too
-            for ev in turns.warm_up(turn, save, upstream):
+            for ev in await turns.warm_up(turn, save, upstream):
                 await self.send(ev, stream)
             return 200, None
         return await self._respond(turn, save, stream)

@@ -233,8 +233,12 @@ class Account:
             self.timeline.used(prompt)
 
     def released(self, tier: str) -> None:
-        """A call to `tier` ended neither way (cancelled: the client left, a hedge lost)."""
+        """A call to `tier` ended neither way, and not by the tier's fault (its breaker is not told)."""
         self.record.released(tier)
+
+    def cancelled(self, tier: str) -> None:
+        """A call to `tier` was cut off unanswered: the client left, the router stopped, a hedge lost."""
+        self.record.cancelled(tier)
 
     def looped_on(self, tier: str) -> None:
         """`tier`'s answer went round in a loop and was stopped there (router/upstream/loops.py)."""

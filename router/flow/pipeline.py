@@ -270,8 +270,8 @@ async def _reply(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncIt
             reply = await upstream.complete(body, attempts.deadline, session=session)
     except UpstreamError as exc:
         step = attempts.failed(tier, exc)
-    except BaseException:
-        attempts.released(tier)
+    except BaseException:  # neither an answer nor a failure of the tier's (the client left, a hedge lost)
+        attempts.cancelled(tier)
         raise
     else:
         step, choice = _judged(attempts, tier, reply)
@@ -344,7 +344,7 @@ async def _chunks(attempts: Attempts, body: dict[str, Any], tier: str) -> AsyncI
         for ready in _one_write(together):  # what was received before the end (or the failure)
             yield ready
     except BaseException:  # neither an answer nor a failure of the tier's (the client left, a hedge lost)
-        attempts.released(tier)
+        attempts.cancelled(tier)
         raise
     if step is None:  # a whole answer: the tier's breaker starts counting again
         attempts.answered(tier, usage)

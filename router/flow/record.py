@@ -8,7 +8,8 @@ down and tells what it decided — every side effect of a call's flow is a metho
                                     tool it called or fumbled, each mistake, and `MISTAKEN` once
     answered(tier, prompt, speed)   `tier` sent a whole answer: its breaker starts counting again
     failed(tier, breaker, reason)   `tier` failed of its own making: its breaker counts it
-    released(tier)                  an attempt ended neither way (the request's fault, a client gone)
+    released(tier)                  an attempt ended neither way, not by the tier's fault (the request's)
+    cancelled(tier)                 an attempt cut off unanswered (a client gone, a stop, a hedge lost)
     escalated(tier)                 the call left `tier` for another
     salvaged(tier, tools)           `tier`'s calls written as text were made structured
     looped(tier)                    `tier`'s answer went round in a loop and was stopped
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from router.core.call import Call
 from router.mistakes import VERIFIER_REJECT, Mistake
 from router.store.base import (
+    CANCELLED,
     ESCALATED,
     FALLBACK_PREFIX,
     MISTAKEN,
@@ -110,6 +112,11 @@ class Record:
         self.parts.breakers.released(tier)
         self.parts.warming.live_ended(tier)
 
+    def cancelled(self, tier: str) -> None:
+        """A call cut off unanswered: released, and counted apart from calls (`cancelled` in stats)."""
+        self.released(tier)
+        self.parts.store.record([Event(tier, self.route, kind=CANCELLED, session=self.call.session.id)])
+
     def escalated(self, tier: str) -> None:
         self.parts.store.record([Event(tier, self.route, kind=ESCALATED, session=self.call.session.id)])
 
@@ -151,7 +158,7 @@ class Record:
     async def delivered(self, policy: Policy, tier: str, message: Mapping[str, Any], seen: Seen) -> None:
         """Remember the tool calls the client got, to attribute errors it reports later — awaited
         before the answer's end is sent, so that an error reported at once finds them on any replica
-        (a Redis store waits `store_routed_wait` at most: router/store/routed.py); let the session's
+        (a Redis store waits `store_write_wait` at most: router/store/routed.py); let the session's
         other tiers read the answer ahead; forget the request if it was remembered as exhausted;
         offer the answer to the route's shadow mode."""
         calls = [

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("router.responses")
 
-Save = Callable[[Stored], None]
+Save = Callable[[Stored], Awaitable[None]]  # remember a response; returns once a follow-up elsewhere finds it
 _ENDED = ("response.completed", "response.incomplete")
 _MAX_TURN_STATE = 4096  # characters of `x-codex-turn-state` echoed at most
 
@@ -182,7 +182,7 @@ async def complete(runtime: Runtime, turn: Turn, save: Save) -> tuple[Outcome, d
         finish_reason=choice.get("finish_reason"),
     )
     answered = reply.native.get("id") if reply.native is not None else None
-    save(turn.remember(output, _upstream(outcome, answered)))
+    await save(turn.remember(output, _upstream(outcome, answered)))
     return outcome, response
 
 
@@ -224,7 +224,7 @@ async def events(
     for ev in b.close():
         yield ev
     outcome = attempts.outcome()
-    save(turn.remember(b.output, _upstream(outcome, answered)))
+    await save(turn.remember(b.output, _upstream(outcome, answered)))
     yield b.final(router=orjson.loads(summary(outcome)))
 
 
@@ -242,10 +242,10 @@ def _feed(b: EventBuilder, chunk: Chunk) -> list[Event]:
     return b.feed(chunk.data) if chunk.native is None else b.feed_native(chunk.native, chunk.data)
 
 
-def warm_up(turn: Turn, save: Save, upstream: tuple[str, str] | None = None) -> list[Event]:
+async def warm_up(turn: Turn, save: Save, upstream: tuple[str, str] | None = None) -> list[Event]:
     """`generate: false`: remember the input as a response of its own, call no model (`upstream`:
     what `prewarm` left on a tier's WebSocket)."""
-    save(turn.remember([], upstream))
+    await save(turn.remember([], upstream))
     b = event_builder(turn)
     created = b.event("response.created", response=b.response("in_progress"))
     return [created, b.event("response.completed", response=b.response("completed"))]

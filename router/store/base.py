@@ -95,6 +95,7 @@ class Counts:
     escalations: int = 0
     mistaken: int = 0  # calls with at least one mistake
     salvaged: int = 0
+    cancelled: int = 0  # calls sent and then cut off, unanswered: the client left, the router stopped, a hedge lost
     evaluated: int = 0  # prompt tokens the server evaluated
     reused: int = 0  # prompt tokens it reused from its cache
     speeds: dict[str, int] = field(default_factory=dict)  # answers by the speed they were served at
@@ -109,6 +110,7 @@ class Counts:
             "mistake_rate": rate,
             "escalations": self.escalations,
             "salvaged": self.salvaged,
+            **({"cancelled": self.cancelled} if self.cancelled else {}),
             **(prompt if self.evaluated or self.reused else {}),
             **({"speeds": dict(sorted(self.speeds.items()))} if self.speeds else {}),
             **({"fast_mode_fallbacks": dict(sorted(self.fallbacks.items()))} if self.fallbacks else {}),
@@ -122,6 +124,9 @@ ESCALATED = "escalated"
 MISTAKEN = "mistaken"
 # Not a mistake either: an answer whose tool call, written as text, was made structured (router/flow/salvage.py).
 SALVAGED = "salvaged"
+# Not a call's answer either: a call sent to the tier and cut off unanswered (the client left, the router
+# stopped, a hedge lost); `cancelled` in stats: a tier's calls plus these are the requests it got.
+CANCELLED = "cancelled"
 
 # Not mistakes either: prompt tokens a tier's server evaluated, and reused from its cache (a session's
 # kept prefix, router/sessions/affinity.py), by the server's own count (`prompt_tokens` in stats).
@@ -187,12 +192,12 @@ LANE_OUTCOMES = ("served", "standard", "capped", "refused", "busy")
 
 
 def counted_apart(kind: str) -> bool:
-    """Kinds that are neither answers nor mistakes: escalations, salvages, shadow verdicts, lane outcomes,
-    speeds and fast-mode fallbacks."""
+    """Kinds that are neither answers nor mistakes: escalations, salvages, cancelled calls, shadow
+    verdicts, lane outcomes, speeds and fast-mode fallbacks."""
     return kind in _APART or is_shadow(kind) or kind.startswith((LANE_PREFIX, SPEED_PREFIX, FALLBACK_PREFIX))
 
 
-_APART = frozenset((ESCALATED, MISTAKEN, SALVAGED, PROMPT_EVALUATED, PROMPT_REUSED))
+_APART = frozenset((ESCALATED, MISTAKEN, SALVAGED, CANCELLED, PROMPT_EVALUATED, PROMPT_REUSED))
 
 
 def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
@@ -222,6 +227,8 @@ def aggregate(rows: Iterable[tuple[str, str, str, str, int]]) -> dict[str, Any]:
                 c.mistaken += n
             elif kind == SALVAGED:
                 c.salvaged += n
+            elif kind == CANCELLED:
+                c.cancelled += n
             elif kind == PROMPT_EVALUATED:
                 c.evaluated += n
             elif kind == PROMPT_REUSED:
@@ -294,7 +301,7 @@ class Store(Protocol):
     async def routed_put(self, session: str, calls: Sequence[RoutedCall]) -> None:
         """Remember calls (the last `max_routed_per_session` per session; a re-put call is newest). This
         process knows them at once; returns once every process sharing the store can find them — Redis:
-        or after `routed_wait` seconds, the write going on (router/store/routed.py). Awaited before the
+        or after `write_wait` seconds, the write going on (router/store/routed.py). Awaited before the
         answer carrying them ends, so that an error the agent reports at once is never missed."""
 
     async def routed_get(self, session: str, call_id: str) -> RoutedCall | None: ...

@@ -239,6 +239,7 @@ class BufferedStore(ABC):
                     try:
                         await self._write(batch)
                     except Exception as exc:
+                        raise_if_cancelled()
                         self._mark_down(exc, "write")
                         return
                     self._buf.done(batch)
@@ -267,3 +268,12 @@ class BufferedStore(ABC):
                     await self._housekeep()
                 except Exception as exc:
                     log.warning("%s store clean-up failed: %s", self.backend, self._describe(exc))
+
+
+def raise_if_cancelled() -> None:
+    """A cancellation of the running task that came as a failure (a timeout: redis-py's, or
+    asyncio.timeout's while both fired) is raised as what it is, so a loop that catches failures
+    still ends when cancelled (a shutdown waits for such loops)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -20,7 +20,7 @@ class StoreOptions:
     flush_interval: float = 0.5  # seconds between background flushes
     flush_events: int = 5_000  # a flush starts early once this many events are queued
     # an answer's routed tool calls: seconds its end waits for them to reach a shared store (Redis)
-    routed_wait: float = default("store_routed_wait")
+    write_wait: float = default("store_write_wait")
     # -- shadow samples (router/store/samples.py) --
     max_samples_per_route: int = 500  # newest shadow/QA samples kept per route; older ones are deleted
     sample_max_age: float = 7 * 24 * 3600.0  # samples older than this (seconds) are deleted
@@ -38,8 +38,8 @@ class StoreOptions:
         for name in ("session_ttl", "retention", "flush_interval"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"store option {name} must be > 0")
-        if self.routed_wait < 0:
-            raise ValueError("store option routed_wait must be >= 0")
+        if self.write_wait < 0:
+            raise ValueError("store option write_wait must be >= 0")
         for name in ("max_routed_per_session", "max_sessions", "max_pending", "flush_events"):
             if getattr(self, name) < 1:
                 raise ValueError(f"store option {name} must be >= 1")

@@ -24,8 +24,7 @@ Counters, routed tool calls and sticky sessions are written on two connections o
 request path's pool (`max_connections`) a wait past `op_timeout / 2` counts as `busy`, never as an
 outage. While down, the flusher tries again every `flush_interval` (never in a spin), and the first
 answer from Redis — a flush, a probe, any session call — marks the store healthy: a replica heals
-within about a second of Redis' return, its counters written exactly once, with no restart.
-Routed tool calls: router/store/routed.py.
+within about a second of Redis' return, its counters written exactly once (routed tool calls: routed.py).
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ from router.store.base import (
     rebucket,
     window_start,
 )
-from router.store.buffer import Batch, BufferedStore
+from router.store.buffer import Batch, BufferedStore, raise_if_cancelled
 from router.store.calls import CallRecord
 from router.store.coalesce import Coalescer
 from router.store.options import StoreOptions
@@ -170,6 +169,7 @@ class RedisStore(BufferedStore):
             self._mark_up()  # Redis answered: session calls go on at once, whatever the flusher knows yet
             return done
         except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError) as exc:
+            raise_if_cancelled()  # the caller's cancellation, come as a timeout: not swallowed
             if isinstance(exc.__cause__, TimeoutError) and isinstance(exc, RedisConnectionError):
                 self.busy += 1  # the pool's wait for a free connection timed out: overload, not outage
             else:
@@ -279,7 +279,7 @@ class RedisStore(BufferedStore):
 
     async def routed_put(self, session: str, calls: Sequence[RoutedCall]) -> None:
         """Known to this process at once; returns once written to Redis (coalesced: the puts of calls
-        that end together share one round trip), or after `routed_wait` seconds, the write going on
+        that end together share one round trip), or after `write_wait` seconds, the write going on
         (router/store/routed.py)."""
         if not calls:
             return
@@ -289,7 +289,7 @@ class RedisStore(BufferedStore):
         self._puts.add(put.task)
         put.task.add_done_callback(self._puts.discard)
         self._recent.add(session, calls[-keep:], put)
-        await asyncio.wait({put.task}, timeout=self.options.routed_wait)
+        await asyncio.wait({put.task}, timeout=self.options.write_wait)
 
     async def _routed_put_many(self, batch: list[routed.Put]) -> None:
         async def write() -> bool:

@@ -3,10 +3,10 @@ them at once, and to every replica before the answer that carries them ends.
 
 `RedisStore.routed_put` remembers the calls in process (`Recent`, bounded, least recent dropped)
 before its first await, then writes them to Redis — coalesced with the puts of calls ending at the
-same time, one round trip — and returns once they are written, or after `StoreOptions.routed_wait`
+same time, one round trip — and returns once they are written, or after `StoreOptions.write_wait`
 seconds, the write going on in the background (`Put`: a task of its own, never cancelled with its
 caller). The flow awaits it before the answer's end leaves (router/flow/record.py), so an error the
-agent reports at once finds the call on any replica; only a Redis slower than `routed_wait` leaves
+agent reports at once finds the call on any replica; only a Redis slower than `write_wait` leaves
 the other replicas to miss it (the delivering one still knows).
 
 `routed_take` consults the process's own record first. Redis decides once the call's write has

@@ -9,7 +9,7 @@ import pytest
 
 from router.constants import BUCKET_SECONDS
 from router.store import Event, RoutedCall
-from router.store.base import ESCALATED, MISTAKEN, SALVAGED, bucket_of
+from router.store.base import CANCELLED, ESCALATED, MISTAKEN, SALVAGED, bucket_of
 from tests.store.conftest import StoreFactory
 
 pytestmark = pytest.mark.redis
@@ -83,6 +83,15 @@ async def test_escalations_are_counted_apart_from_mistakes(make_store: StoreFact
     assert stats["tiers"]["fast"] == {"calls": 1, "mistakes": {}, "mistake_rate": 0.0, "escalations": 1, "salvaged": 0}
     assert stats["routes"]["r"] == {"calls": 2, "mistakes": {}, "mistake_rate": 0.0, "escalations": 1, "salvaged": 1}
     assert stats["tools"]["full"]["t"]["salvaged"] == 1 and stats["tiers"]["full"]["salvaged"] == 1
+
+
+async def test_cancelled_calls_are_counted_apart_from_calls(make_store: StoreFactory) -> None:
+    store = await make_store()
+    store.record([Event("fast", "r"), Event("fast", "r", kind=CANCELLED), Event("fast", "r", kind=CANCELLED)])
+    await store.flush()
+    stats = await store.stats()
+    assert stats["tiers"]["fast"]["calls"] == 1 and stats["tiers"]["fast"]["cancelled"] == 2
+    assert stats["tiers"]["fast"]["mistake_rate"] == 0.0 and "cancelled" in stats["routes"]["r"]
 
 
 async def test_mistake_rate_is_the_share_of_calls_with_a_mistake(make_store: StoreFactory) -> None:

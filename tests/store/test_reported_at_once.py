@@ -33,6 +33,7 @@ from tests.store.conftest import RedisServer, delete_prefix, free_port
 pytestmark = pytest.mark.redis
 
 AGENTS = 6
+CHAINS = 60  # Responses chains continued at once on the other replica
 EXTRA = "escalation: {to: full, after_agent_error: {sticky_calls: 2}}\n"
 OPENING: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a weather agent."},
@@ -115,16 +116,16 @@ async def test_an_error_reported_at_once_is_counted_and_sticky(
     assert stats["tools"]["fast"]["get_weather"]["mistakes"].get("agent_reported_error") == AGENTS
 
 
-async def test_a_frozen_redis_holds_an_answer_routed_wait_at_most(
+async def test_a_frozen_redis_holds_an_answer_write_wait_at_most(
     redis_server_factory: Callable[[int], RedisServer],
 ) -> None:
-    """Redis frozen (SIGSTOP) as a call's tool calls are put: the put returns after `routed_wait`, its
+    """Redis frozen (SIGSTOP) as a call's tool calls are put: the put returns after `write_wait`, its
     write going on; the delivering process knows the call meanwhile. Once the write lands, a call is
     taken once across replicas — by B from Redis, and then not again by A from its own record."""
     server = redis_server_factory(free_port())
     server.start()
     assert server.proc is not None
-    options = StoreOptions(flush_interval=0.05, routed_wait=0.1)
+    options = StoreOptions(flush_interval=0.05, write_wait=0.1)
     a, b = (RedisStore(server.url, prefix="frozen:", options=options) for _ in range(2))
     await a.start()
     await b.start()
@@ -159,3 +160,31 @@ async def test_a_frozen_redis_holds_an_answer_routed_wait_at_most(
     finally:
         await a.close()
         await b.close()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_response_chain_is_continued_at_once_on_the_other_replica(
+    pair: tuple[Proxy, Proxy], stream: bool
+) -> None:
+    """A Responses turn answered by A, its follow-up sent to B the moment A's answer ends, all at
+    once: B finds every chain, since A's end waits for it to be in Redis (`store_write_wait`). (At
+    this load it passed before too: B reads a miss once more 50 ms later, `MISS_GRACE`.)"""
+    a, b = pair
+
+    async def agent(i: int, http: aiohttp.ClientSession) -> int:
+        first = {"model": "auto", "input": f"chain {i}: what is the weather in Paris?", "stream": stream}
+        async with http.post(a.url + "/responses", json=first) as r:
+            assert r.status == 200, await r.text()
+            raw = await r.read()
+        if stream:  # the response's id, from its first event
+            created = next(line for line in raw.split(b"\n") if line.startswith(b"data: {"))
+            response_id = orjson.loads(created[6:])["response"]["id"]
+        else:
+            response_id = orjson.loads(raw)["id"]
+        follow = {"model": "auto", "input": "and tomorrow?", "previous_response_id": response_id}
+        async with http.post(b.url + "/responses", json=follow) as r:  # at once, to the other replica
+            return r.status
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        statuses = await asyncio.gather(*(agent(i, http) for i in range(CHAINS)))
+    assert statuses == [200] * CHAINS

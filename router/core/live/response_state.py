@@ -16,9 +16,11 @@ Histories are tuples of the same message dicts: a follow-up's entry shares its p
 messages and only adds its own, so an entry's `size` counts only the bytes it added and the byte
 bound is close to the real memory held. Entries are never mutated once stored.
 
-Writing to the store never delays a response: `ResponseState.put` (called before the final event
-is sent) fills the process cache and queues the entry; one background task writes the queue in
-batches, in order, so a parent reaches the store before its child. A full queue
+`ResponseState.put` (called before the final event is sent) fills the process cache and queues the
+entry; one background task writes the queue in batches, in order, so a parent reaches the store
+before its child. The transports then await `written` — the entry in the store, or `write_wait`
+seconds (`store_write_wait`, 0.1 s), whichever is first — before the response's end leaves, so a
+follow-up sent at once to another replica finds it; a slower store delays no response longer. A full queue
 (`MAX_QUEUED`, the store is down or too slow) drops new entries, counted in
 `router_response_state_total{op="write", outcome="dropped"}`; their children are then written as
 checkpoints, whole.
@@ -119,12 +121,16 @@ class ResponseCache:
 class ResponseState:
     """The process cache, the queue to the store, and the store behind them (`store=None`: none)."""
 
-    def __init__(self, cache: ResponseCache, store: Store | None, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, cache: ResponseCache, store: Store | None, metrics: Metrics | None = None, write_wait: float = 0.0
+    ) -> None:
         self.cache = cache
         self.store = store
         self.metrics = metrics
+        self.write_wait = write_wait  # seconds a response's end waits for its entry to reach the store
         self._queued: dict[str, Stored] = {}  # insertion order = write order; left only once written
         self._wake = asyncio.Event()
+        self._landed = asyncio.Event()  # set (and replaced) each time a batch has been written
 
     def put(self, response_id: str, entry: Stored) -> None:
         """Remember a response (`store` not false). Never waits: the store write runs later."""
@@ -136,6 +142,19 @@ class ResponseState:
             return
         self._queued[response_id] = entry
         self._wake.set()
+
+    async def written(self, response_id: str) -> bool:
+        """Wait until the response queued as `response_id` has been written (or dropped), at most
+        `write_wait` seconds; whether it has."""
+        if response_id not in self._queued:
+            return True
+        try:
+            async with asyncio.timeout(self.write_wait):
+                while response_id in self._queued:
+                    await self._landed.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def get(self, response_id: str) -> Stored | None:
         """The entry, or None; raises StoreUnreachable when only the store could know and it cannot
@@ -188,6 +207,8 @@ class ResponseState:
             for (rid, _), outcome in zip(batch, outcomes, strict=True):
                 self._queued.pop(rid, None)
                 self.count("write", outcome)
+            landed, self._landed = self._landed, asyncio.Event()
+            landed.set()
             if until_failure and all(o == "failed" for o in outcomes) and self._queued:
                 log.warning("the store is failing: %d responses were not stored at shutdown", len(self._queued))
                 return
