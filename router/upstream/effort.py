@@ -11,9 +11,10 @@ What the upstreams do with that differs:
     Anthropic API    reasoning_effort is set"
 
 So what a tier is sent (`tidy`): thinking off is `{type: "disabled"}`, nothing else (the published
-shape; the other keys mean nothing with thinking off). And a tier that refuses the effort level with
-thinking off (`refused`) is sent the request once more without `output_config.effort` (`without`) —
-the model's default effort — before anything reached the client. Thinking that is not on (disabled,
+shape; the other keys mean nothing with thinking off). And a tier that refuses the effort level
+(`level`) with thinking off (`refused`) is sent the request once more without `output_config.effort`
+(`without`) — the model's default effort — before anything reached the client; the tier remembers
+the level, and sends it no more. Thinking that is not on (disabled,
 or left out of the request, as provenance.py leaves it out when a tool loop lacks its thinking) is
 "off" here.
 """
